@@ -1,0 +1,309 @@
+// Package local is fabric inside one process: the embedded single-machine
+// cluster uses it between its storage targets, and tests use it where sockets
+// would only add noise. One-sided Read and Write are a single memory copy
+// between registered regions and the caller's buffer; calls marshal their
+// bodies exactly as on the wire, so a handler sees the same bytes on every
+// transport and caller and handler never share memory.
+//
+// It owns nothing but that in-process wiring; region checks are fabric.Regions.
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+
+	"github.com/sluicefs/sluice/fabric"
+	"google.golang.org/protobuf/proto"
+)
+
+// Network is a set of endpoints that reach each other by ID within one
+// process. It implements fabric.Transport.
+type Network struct {
+	mu   sync.Mutex
+	eps  map[fabric.NodeID]*Endpoint
+	next int
+}
+
+// NewNetwork returns an empty network.
+func NewNetwork() *Network {
+	return &Network{eps: make(map[fabric.NodeID]*Endpoint)}
+}
+
+var _ fabric.Transport = (*Network)(nil)
+
+// Listen adds an endpoint named addr (a generated name when addr is empty).
+func (n *Network) Listen(addr string) (fabric.Endpoint, error) {
+	return n.add(addr)
+}
+
+// Dialer adds an endpoint with a generated name starting with name.
+func (n *Network) Dialer(name string) (fabric.Endpoint, error) {
+	return n.add("")
+}
+
+func (n *Network) add(name string) (*Endpoint, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if name == "" {
+		n.next++
+		name = fmt.Sprintf("local-%d", n.next)
+	}
+	id := fabric.NodeID(name)
+	if _, ok := n.eps[id]; ok {
+		return nil, fmt.Errorf("fabric/local: listen %s: name in use", name)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ep := &Endpoint{
+		net:      n,
+		id:       id,
+		regions:  fabric.NewRegions(id),
+		handlers: make(map[string]fabric.Handler),
+		ctx:      ctx,
+		cancel:   cancel,
+	}
+	n.eps[id] = ep
+	return ep, nil
+}
+
+func (n *Network) lookup(id fabric.NodeID) (*Endpoint, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ep := n.eps[id]
+	if ep == nil {
+		return nil, fmt.Errorf("%w: %s", fabric.ErrUnreachable, id)
+	}
+	return ep, nil
+}
+
+// Endpoint is an in-process fabric endpoint.
+type Endpoint struct {
+	net     *Network
+	id      fabric.NodeID
+	regions *fabric.Regions
+
+	hmu      sync.RWMutex
+	handlers map[string]fabric.Handler
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // handler goroutines running on this endpoint
+	mu     sync.Mutex
+	closed bool
+}
+
+var _ fabric.Endpoint = (*Endpoint)(nil)
+
+func (ep *Endpoint) ID() fabric.NodeID { return ep.id }
+
+func (ep *Endpoint) Handle(method string, h fabric.Handler) {
+	ep.hmu.Lock()
+	defer ep.hmu.Unlock()
+	ep.handlers[method] = h
+}
+
+func (ep *Endpoint) RegisterMemory(buf []byte, access fabric.Access) (fabric.MR, error) {
+	return ep.regions.Register(buf, access)
+}
+
+// Close removes the endpoint from the network, cancels its handlers and
+// waits for them; calls in flight to it fail with fabric.ErrPeerClosed.
+func (ep *Endpoint) Close() error {
+	ep.mu.Lock()
+	if ep.closed {
+		ep.mu.Unlock()
+		return nil
+	}
+	ep.closed = true
+	ep.mu.Unlock()
+	ep.net.mu.Lock()
+	delete(ep.net.eps, ep.id)
+	ep.net.mu.Unlock()
+	ep.cancel()
+	ep.wg.Wait()
+	return nil
+}
+
+// peer returns node's endpoint, failing when either side is closed.
+func (ep *Endpoint) peer(node fabric.NodeID) (*Endpoint, error) {
+	if ep.ctx.Err() != nil {
+		return nil, fabric.ErrClosed
+	}
+	return ep.net.lookup(node)
+}
+
+type result struct {
+	body []byte
+	err  error
+}
+
+// Call runs node's handler in a goroutine of node's, under ctx's deadline.
+func (ep *Endpoint) Call(ctx context.Context, node fabric.NodeID, method string, req, resp proto.Message) error {
+	if err := ep.call(ctx, node, method, req, resp); err != nil {
+		return fmt.Errorf("call %s %s: %w", node, method, err)
+	}
+	return nil
+}
+
+func (ep *Endpoint) call(ctx context.Context, node fabric.NodeID, method string, req, resp proto.Message) error {
+	p, err := ep.peer(node)
+	if err != nil {
+		return err
+	}
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("marshal request: %w", err)
+	}
+	done := make(chan result, 1)
+	if !p.spawn(ctx, func(hctx context.Context) { done <- p.serve(hctx, ep.id, method, body) }) {
+		return fmt.Errorf("%w: %s", fabric.ErrPeerClosed, node)
+	}
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return r.err
+		}
+		if err := proto.Unmarshal(r.body, resp); err != nil {
+			return fmt.Errorf("unmarshal response: %w", err)
+		}
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-p.ctx.Done():
+		return fmt.Errorf("%w: %s closed", fabric.ErrPeerClosed, node)
+	case <-ep.ctx.Done():
+		return fabric.ErrClosed
+	}
+}
+
+// spawn runs fn on a goroutine owned by ep, with a context that ends with
+// ep or at ctx's deadline. It reports false if ep is closed.
+func (ep *Endpoint) spawn(ctx context.Context, fn func(context.Context)) bool {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return false
+	}
+	ep.wg.Add(1)
+	go func() {
+		defer ep.wg.Done()
+		hctx := ep.ctx
+		if dl, ok := ctx.Deadline(); ok {
+			var cancel context.CancelFunc
+			hctx, cancel = context.WithDeadline(hctx, dl)
+			defer cancel()
+		}
+		fn(hctx)
+	}()
+	return true
+}
+
+// serve runs a handler and shapes its outcome as the wire would.
+func (ep *Endpoint) serve(ctx context.Context, from fabric.NodeID, method string, body []byte) (r result) {
+	ep.hmu.RLock()
+	h := ep.handlers[method]
+	ep.hmu.RUnlock()
+	if h == nil {
+		return result{err: fabric.RemoteError(fabric.CodeUnknownMethod, fmt.Sprintf("%v: %q", fabric.ErrUnknownMethod, method))}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			slog.Error("fabric handler panicked", "method", method, "peer", from, "panic", p, "stack", string(debug.Stack()))
+			r = result{err: fabric.RemoteError(fabric.CodeInternal, fmt.Sprintf("%s panicked: %v", method, p))}
+		}
+	}()
+	resp, err := h(ctx, from, body)
+	if err != nil {
+		return result{err: fabric.RemoteError(fabric.CodeOf(err), err.Error())}
+	}
+	out, err := proto.Marshal(resp)
+	if err != nil {
+		return result{err: fabric.RemoteError(fabric.CodeInternal, fmt.Sprintf("marshal response: %v", err))}
+	}
+	return result{body: out}
+}
+
+// Read copies remote's bytes into local.
+func (ep *Endpoint) Read(ctx context.Context, remote fabric.RemoteBuf, local []byte) error {
+	if err := fabric.CheckOp(remote, local); err != nil {
+		return err
+	}
+	ops := [1]fabric.Op{{Remote: remote, Local: local}}
+	if err := ep.copyOps(ctx, remote.Node, ops[:], fabric.AccessRemoteRead); err != nil {
+		return fmt.Errorf("read %s: %w", remote, err)
+	}
+	return nil
+}
+
+// Write copies local into remote.
+func (ep *Endpoint) Write(ctx context.Context, local []byte, remote fabric.RemoteBuf) error {
+	if err := fabric.CheckOp(remote, local); err != nil {
+		return err
+	}
+	ops := [1]fabric.Op{{Remote: remote, Local: local}}
+	if err := ep.copyOps(ctx, remote.Node, ops[:], fabric.AccessRemoteWrite); err != nil {
+		return fmt.Errorf("write %s: %w", remote, err)
+	}
+	return nil
+}
+
+func (ep *Endpoint) ReadBatch(ctx context.Context, ops []fabric.Op) error {
+	return fabric.ForEachNode(ctx, ops, func(ctx context.Context, node fabric.NodeID, ops []fabric.Op) error {
+		if err := ep.copyOps(ctx, node, ops, fabric.AccessRemoteRead); err != nil {
+			return fmt.Errorf("read batch of %d from %s: %w", len(ops), node, err)
+		}
+		return nil
+	})
+}
+
+func (ep *Endpoint) WriteBatch(ctx context.Context, ops []fabric.Op) error {
+	return fabric.ForEachNode(ctx, ops, func(ctx context.Context, node fabric.NodeID, ops []fabric.Op) error {
+		if err := ep.copyOps(ctx, node, ops, fabric.AccessRemoteWrite); err != nil {
+			return fmt.Errorf("write batch of %d to %s: %w", len(ops), node, err)
+		}
+		return nil
+	})
+}
+
+// copyOps checks every range first, as the wire transports do, then copies.
+func (ep *Endpoint) copyOps(ctx context.Context, node fabric.NodeID, ops []fabric.Op, want fabric.Access) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	p, err := ep.peer(node)
+	if err != nil {
+		return err
+	}
+	var one [1]fabric.Span
+	spans := one[:0]
+	defer func() {
+		for _, s := range spans {
+			s.Release()
+		}
+	}()
+	for i, op := range ops {
+		s, err := p.regions.Acquire(op.Remote.Key, op.Remote.Offset, op.Remote.Len, want)
+		if err != nil {
+			if len(ops) > 1 {
+				err = fmt.Errorf("range %d: %w", i, err)
+			}
+			var fe *fabric.Error
+			if errors.As(err, &fe) {
+				return fabric.RemoteError(fe.Code, err.Error())
+			}
+			return err
+		}
+		spans = append(spans, s)
+	}
+	for i, op := range ops {
+		if want == fabric.AccessRemoteRead {
+			copy(op.Local, spans[i].B)
+		} else {
+			copy(spans[i].B, op.Local)
+		}
+	}
+	return nil
+}

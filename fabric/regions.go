@@ -1,0 +1,136 @@
+package fabric
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"sync"
+)
+
+// Regions is the table of an endpoint's registered memory, shared by the
+// software transports (tcp, local). Hardware transports use the NIC's own
+// table instead.
+//
+// A key is (random 32-bit tag << 32 | region index). Indexes grow and are
+// never reused, so a key that was valid once can be told apart from one that
+// never was without remembering anything per revoked region: an index below
+// the next one to hand out whose region is gone is revoked; anything else
+// that does not match a live region's tag is unknown. The tag makes live keys
+// unguessable (and fabric/tcp only serves authenticated peers anyway).
+type Regions struct {
+	node NodeID
+
+	mu   sync.RWMutex
+	live map[uint32]*region
+	next uint32
+}
+
+type region struct {
+	table  *Regions
+	index  uint32
+	tag    uint32
+	buf    []byte
+	access Access
+
+	// inUse is held shared by every access in progress and exclusively by
+	// Deregister, which is how Deregister waits for them.
+	inUse sync.RWMutex
+	dead  bool // set under inUse held exclusively
+}
+
+// NewRegions returns an empty table for the endpoint named node.
+func NewRegions(node NodeID) *Regions {
+	return &Regions{node: node, live: make(map[uint32]*region), next: 1}
+}
+
+// Register adds buf to the table.
+func (t *Regions) Register(buf []byte, access Access) (MR, error) {
+	if access&^AccessRemoteReadWrite != 0 {
+		return nil, fmt.Errorf("register memory: invalid access %v", access)
+	}
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return nil, fmt.Errorf("register memory: key: %w", err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.next == 0 {
+		return nil, fmt.Errorf("register memory: region indexes exhausted")
+	}
+	r := &region{table: t, index: t.next, tag: binary.LittleEndian.Uint32(b[:]), buf: buf, access: access}
+	t.next++
+	t.live[r.index] = r
+	return r, nil
+}
+
+// Span is access to a slice of a registered region, held until Release.
+type Span struct {
+	B []byte
+	r *region
+}
+
+// Release ends the access; the region may be deregistered afterwards.
+func (s Span) Release() {
+	if s.r != nil {
+		s.r.inUse.RUnlock()
+	}
+}
+
+// Acquire checks key, bounds and rights for n bytes at off and returns the
+// bytes, held against deregistration until the span is released.
+func (t *Regions) Acquire(key, off uint64, n uint32, want Access) (Span, error) {
+	index, tag := uint32(key), uint32(key>>32)
+	t.mu.RLock()
+	r := t.live[index]
+	if r == nil || r.tag != tag {
+		revoked := r == nil && index != 0 && index < t.next
+		t.mu.RUnlock()
+		if revoked {
+			return Span{}, ErrRevoked
+		}
+		return Span{}, ErrUnknownKey
+	}
+	r.inUse.RLock()
+	t.mu.RUnlock()
+	if r.dead {
+		r.inUse.RUnlock()
+		return Span{}, ErrRevoked
+	}
+	if r.access&want != want {
+		r.inUse.RUnlock()
+		return Span{}, fmt.Errorf("%w: region allows %v, wanted %v", ErrAccessDenied, r.access, want)
+	}
+	size := uint64(len(r.buf))
+	if off > size || uint64(n) > size-off {
+		r.inUse.RUnlock()
+		return Span{}, fmt.Errorf("%w: [%d:+%d] of %d bytes", ErrOutOfBounds, off, n, size)
+	}
+	return Span{B: r.buf[off : off+uint64(n) : off+uint64(n)], r: r}, nil
+}
+
+func (r *region) Key() uint64   { return uint64(r.tag)<<32 | uint64(r.index) }
+func (r *region) Bytes() []byte { return r.buf }
+
+func (r *region) Remote(off, n int) RemoteBuf {
+	return RemoteBuf{Node: r.table.node, Key: r.Key(), Offset: uint64(off), Len: uint32(n)}
+}
+
+func (r *region) Fence() {
+	r.inUse.Lock()
+	r.inUse.Unlock()
+}
+
+func (r *region) Deregister() error {
+	t := r.table
+	t.mu.Lock()
+	if t.live[r.index] != r {
+		t.mu.Unlock()
+		return fmt.Errorf("deregister %#x: %w", r.Key(), ErrRevoked)
+	}
+	delete(t.live, r.index)
+	t.mu.Unlock()
+	r.inUse.Lock()
+	r.dead = true
+	r.inUse.Unlock()
+	return nil
+}

@@ -1,0 +1,179 @@
+package tcp
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/sluicefs/sluice/fabric"
+	"google.golang.org/protobuf/proto"
+)
+
+// Call sends req to node's handler for method and unmarshals the reply into
+// resp. The remaining time of ctx travels with the request and bounds the
+// handler's context.
+func (ep *Endpoint) Call(ctx context.Context, node fabric.NodeID, method string, req, resp proto.Message) error {
+	if err := ep.call(ctx, node, method, req, resp); err != nil {
+		return fmt.Errorf("call %s %s: %w", node, method, err)
+	}
+	return nil
+}
+
+func (ep *Endpoint) call(ctx context.Context, node fabric.NodeID, method string, req, resp proto.Message) error {
+	if len(method) == 0 || len(method) > 255 {
+		return fmt.Errorf("%w: method name of %d bytes", fabric.ErrBadRequest, len(method))
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var timeout time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		if timeout = time.Until(dl); timeout <= 0 {
+			return context.DeadlineExceeded
+		}
+	}
+	c, err := ep.conn(ctx, node)
+	if err != nil {
+		return err
+	}
+	head := 9 + len(method)
+	metaLen := head + proto.Size(req)
+	if uint64(metaLen) > uint64(c.peerLim.maxMeta) {
+		return fmt.Errorf("%w: request of %d bytes, peer accepts %d", fabric.ErrFrameTooLarge, metaLen, c.peerLim.maxMeta)
+	}
+	frame := ep.bufs.get(headerSize + metaLen)
+	defer ep.bufs.put(frame)
+	meta := frame[headerSize:]
+	binary.LittleEndian.PutUint64(meta, uint64(timeout))
+	meta[8] = byte(len(method))
+	copy(meta[9:], method)
+	body, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(meta[head:head], req)
+	if err != nil {
+		return fmt.Errorf("marshal request: %w", err)
+	}
+	meta = meta[:head+len(body)]
+	p := getPending(typeCallReply)
+	defer putPending(p)
+	err = c.roundTrip(ctx, p, func(id uint64) net.Buffers {
+		h := header{typ: typeCall, id: id, metaLen: uint32(len(meta))}
+		h.encode(frame, meta)
+		return net.Buffers{frame[:headerSize+len(meta)]}
+	})
+	if p.meta != nil {
+		defer ep.bufs.put(p.meta)
+	}
+	if err != nil {
+		return err
+	}
+	if err := proto.Unmarshal(p.meta, resp); err != nil {
+		return fmt.Errorf("unmarshal response: %w", err)
+	}
+	return nil
+}
+
+// Read pulls remote into local in one round trip.
+func (ep *Endpoint) Read(ctx context.Context, remote fabric.RemoteBuf, local []byte) error {
+	if err := fabric.CheckOp(remote, local); err != nil {
+		return err
+	}
+	ops := [1]fabric.Op{{Remote: remote, Local: local}}
+	if err := ep.oneSided(ctx, remote.Node, typeRead, ops[:]); err != nil {
+		return fmt.Errorf("read %s: %w", remote, err)
+	}
+	return nil
+}
+
+// Write pushes local into remote in one round trip.
+func (ep *Endpoint) Write(ctx context.Context, local []byte, remote fabric.RemoteBuf) error {
+	if err := fabric.CheckOp(remote, local); err != nil {
+		return err
+	}
+	ops := [1]fabric.Op{{Remote: remote, Local: local}}
+	if err := ep.oneSided(ctx, remote.Node, typeWrite, ops[:]); err != nil {
+		return fmt.Errorf("write %s: %w", remote, err)
+	}
+	return nil
+}
+
+// ReadBatch pulls every op, one frame per peer.
+func (ep *Endpoint) ReadBatch(ctx context.Context, ops []fabric.Op) error {
+	return fabric.ForEachNode(ctx, ops, func(ctx context.Context, node fabric.NodeID, ops []fabric.Op) error {
+		if err := ep.oneSided(ctx, node, typeRead, ops); err != nil {
+			return fmt.Errorf("read batch of %d from %s: %w", len(ops), node, err)
+		}
+		return nil
+	})
+}
+
+// WriteBatch pushes every op, one frame per peer.
+func (ep *Endpoint) WriteBatch(ctx context.Context, ops []fabric.Op) error {
+	return fabric.ForEachNode(ctx, ops, func(ctx context.Context, node fabric.NodeID, ops []fabric.Op) error {
+		if err := ep.oneSided(ctx, node, typeWrite, ops); err != nil {
+			return fmt.Errorf("write batch of %d to %s: %w", len(ops), node, err)
+		}
+		return nil
+	})
+}
+
+// oneSided sends one Read or Write request covering ops (all to node) and
+// waits for its reply. Read data lands straight in the ops' local slices.
+func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, typ uint8, ops []fabric.Op) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	total := uint64(0)
+	for _, op := range ops {
+		total += uint64(len(op.Local))
+	}
+	if total > maxData {
+		return fmt.Errorf("%w: %d bytes in one batch, limit %d", fabric.ErrFrameTooLarge, total, maxData)
+	}
+	c, err := ep.conn(ctx, node)
+	if err != nil {
+		return err
+	}
+	metaLen := len(ops) * descSize
+	if uint64(metaLen) > uint64(c.peerLim.maxMeta) {
+		return fmt.Errorf("%w: %d ranges in one batch, peer accepts %d", fabric.ErrFrameTooLarge, len(ops), c.peerLim.maxMeta/descSize)
+	}
+	frame := ep.bufs.get(headerSize + metaLen)
+	defer ep.bufs.put(frame)
+	for i, op := range ops {
+		putDesc(frame[headerSize+i*descSize:], desc{key: op.Remote.Key, off: op.Remote.Offset, n: op.Remote.Len})
+	}
+	p := getPending(typ + 1)
+	defer putPending(p)
+	h := header{typ: typ, metaLen: uint32(metaLen)}
+	var bufs net.Buffers
+	if typ == typeRead {
+		if len(ops) == 1 {
+			p.one[0] = ops[0].Local
+			p.dsts = p.one[:]
+		} else {
+			p.dsts = make([][]byte, len(ops))
+			for i, op := range ops {
+				p.dsts[i] = op.Local
+			}
+		}
+	} else {
+		bufs = make(net.Buffers, 1, 1+len(ops))
+		for _, op := range ops {
+			if len(op.Local) > 0 {
+				bufs = append(bufs, op.Local)
+			}
+		}
+		h.dataLen = uint32(total)
+		h.dataCRC = dataCRC(bufs[1:])
+	}
+	return c.roundTrip(ctx, p, func(id uint64) net.Buffers {
+		h.id = id
+		h.encode(frame, frame[headerSize:])
+		if bufs == nil {
+			return net.Buffers{frame}
+		}
+		bufs[0] = frame
+		return bufs
+	})
+}
