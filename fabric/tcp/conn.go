@@ -50,6 +50,8 @@ type pending struct {
 	meta []byte    // call reply body (pooled), owned by the waiter once done
 	err  error
 	done chan struct{} // receives once, when the reader has finished with it
+
+	abandoned bool // the caller stopped waiting (under conn.mu)
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan struct{}, 1)} }}
@@ -61,7 +63,7 @@ func getPending(typ uint8) *pending {
 }
 
 func putPending(p *pending) {
-	p.dsts, p.one[0], p.meta, p.err = nil, nil, nil, nil
+	p.dsts, p.one[0], p.meta, p.err, p.abandoned = nil, nil, nil, nil, false
 	pendingPool.Put(p)
 }
 
@@ -98,6 +100,10 @@ func (c *conn) close(err error) {
 	close(c.done)
 	c.nc.Close()
 	for _, p := range pend {
+		if p.abandoned {
+			c.retire(p)
+			continue
+		}
 		p.err = c.lostErr()
 		p.done <- struct{}{}
 	}
@@ -162,42 +168,81 @@ func (c *conn) send(ctx context.Context, bufs net.Buffers) error {
 	return nil
 }
 
-// roundTrip sends a request frame and waits for the reader to complete p.
-// build encodes the frame for request id.
-func (c *conn) roundTrip(ctx context.Context, p *pending, build func(id uint64) net.Buffers) error {
+// roundTrip sends a request frame and waits for its reply. build encodes
+// the frame for request id; a read reply's data lands in dsts. It returns a
+// call reply's body (a pooled buffer the caller must put back).
+//
+// A request keeps its in-flight slot until its reply arrives or the
+// connection dies, even when the caller stops waiting: the peer still counts
+// it, and the slots are how we keep to the peer's limit.
+func (c *conn) roundTrip(ctx context.Context, typ uint8, dsts [][]byte, build func(id uint64) net.Buffers) ([]byte, error) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	case <-c.done:
-		return c.lostErr()
+		return nil, c.lostErr()
 	}
-	defer func() { <-c.sem }()
+	p := getPending(typ + 1)
+	p.dsts = dsts
+	if len(dsts) == 1 {
+		p.one[0] = dsts[0]
+		p.dsts = p.one[:]
+	}
 	id, err := c.register(p)
 	if err != nil {
-		return err
+		<-c.sem
+		putPending(p)
+		return nil, err
 	}
 	if err := c.send(ctx, build(id)); err != nil {
 		if c.claim(id) == nil {
 			<-p.done // close() or the reader got to it first
 		}
-		return err
+		<-c.sem
+		putPending(p)
+		return nil, err
 	}
 	select {
 	case <-p.done:
-		return p.err
 	case <-ctx.Done():
-		if c.claim(id) != nil {
-			return ctx.Err()
+		if c.abandon(id) {
+			return nil, ctx.Err() // the reader frees p and the slot
 		}
 		// The reader is filling p right now, maybe streaming data into the
 		// caller's buffer. Cut the connection so it stops promptly; p is
-		// completed either way before the caller gets its buffer back.
+		// complete before the caller gets its buffer back.
 		c.nc.SetReadDeadline(time.Now())
 		<-p.done
 		if p.err != nil {
-			return ctx.Err()
+			p.err = ctx.Err()
 		}
-		return nil
 	}
+	<-c.sem
+	meta, err := p.meta, p.err
+	putPending(p)
+	return meta, err
+}
+
+// abandon marks a request whose caller stopped waiting. It reports false if
+// the reader already took the request.
+func (c *conn) abandon(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p := c.pending[id]
+	if p == nil {
+		return false
+	}
+	p.abandoned = true
+	return true
+}
+
+// retire frees an abandoned request once its reply (or the connection's end)
+// has come.
+func (c *conn) retire(p *pending) {
+	if p.meta != nil {
+		c.ep.bufs.put(p.meta)
+	}
+	<-c.sem
+	putPending(p)
 }

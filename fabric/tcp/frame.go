@@ -75,7 +75,9 @@ type limits struct {
 	maxInFlight uint32
 }
 
-func isReply(typ uint8) bool { return typ == typeCallReply || typ == typeReadReply || typ == typeWriteReply }
+func isReply(typ uint8) bool {
+	return typ == typeCallReply || typ == typeReadReply || typ == typeWriteReply
+}
 
 // encode writes h into b (headerSize bytes) with headCRC computed over b and meta.
 func (h *header) encode(b []byte, meta []byte) {

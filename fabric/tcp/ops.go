@@ -54,20 +54,18 @@ func (ep *Endpoint) call(ctx context.Context, node fabric.NodeID, method string,
 		return fmt.Errorf("marshal request: %w", err)
 	}
 	meta = meta[:head+len(body)]
-	p := getPending(typeCallReply)
-	defer putPending(p)
-	err = c.roundTrip(ctx, p, func(id uint64) net.Buffers {
+	reply, err := c.roundTrip(ctx, typeCall, nil, func(id uint64) net.Buffers {
 		h := header{typ: typeCall, id: id, metaLen: uint32(len(meta))}
 		h.encode(frame, meta)
 		return net.Buffers{frame[:headerSize+len(meta)]}
 	})
-	if p.meta != nil {
-		defer ep.bufs.put(p.meta)
+	if reply != nil {
+		defer ep.bufs.put(reply)
 	}
 	if err != nil {
 		return err
 	}
-	if err := proto.Unmarshal(p.meta, resp); err != nil {
+	if err := proto.Unmarshal(reply, resp); err != nil {
 		return fmt.Errorf("unmarshal response: %w", err)
 	}
 	return nil
@@ -143,19 +141,13 @@ func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, typ uint8,
 	for i, op := range ops {
 		putDesc(frame[headerSize+i*descSize:], desc{key: op.Remote.Key, off: op.Remote.Offset, n: op.Remote.Len})
 	}
-	p := getPending(typ + 1)
-	defer putPending(p)
 	h := header{typ: typ, metaLen: uint32(metaLen)}
 	var bufs net.Buffers
+	var dsts [][]byte
 	if typ == typeRead {
-		if len(ops) == 1 {
-			p.one[0] = ops[0].Local
-			p.dsts = p.one[:]
-		} else {
-			p.dsts = make([][]byte, len(ops))
-			for i, op := range ops {
-				p.dsts[i] = op.Local
-			}
+		dsts = make([][]byte, len(ops))
+		for i, op := range ops {
+			dsts[i] = op.Local
 		}
 	} else {
 		bufs = make(net.Buffers, 1, 1+len(ops))
@@ -167,7 +159,7 @@ func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, typ uint8,
 		h.dataLen = uint32(total)
 		h.dataCRC = dataCRC(bufs[1:])
 	}
-	return c.roundTrip(ctx, p, func(id uint64) net.Buffers {
+	_, err = c.roundTrip(ctx, typ, dsts, func(id uint64) net.Buffers {
 		h.id = id
 		h.encode(frame, frame[headerSize:])
 		if bufs == nil {
@@ -176,4 +168,5 @@ func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, typ uint8,
 		bufs[0] = frame
 		return bufs
 	})
+	return err
 }

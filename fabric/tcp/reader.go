@@ -58,7 +58,11 @@ func (c *conn) payloadDeadline(h header) func() {
 func (c *conn) readReply(h header) error {
 	p := c.claim(h.id)
 	if p == nil {
+		return fmt.Errorf("%w: reply to unknown request %d", fabric.ErrProtocol, h.id)
+	}
+	if p.abandoned {
 		// The waiter gave up (deadline); drop the reply unread.
+		c.retire(p)
 		return c.fr.skip(uint64(h.metaLen) + uint64(h.dataLen))
 	}
 	err := c.fillReply(h, p)

@@ -1,6 +1,8 @@
 package tcp
 
 import (
+	"io"
+	"log/slog"
 	"testing"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -9,10 +11,17 @@ import (
 
 var testSecret = []byte("test cluster secret")
 
+// quiet swallows the logs of refused peers and panicking handlers, which
+// these tests provoke on purpose.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 func newTransport(t testing.TB, cfg Config) *Transport {
 	t.Helper()
 	if cfg.Secret == nil {
 		cfg.Secret = testSecret
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
 	}
 	tr, err := New(cfg)
 	if err != nil {
