@@ -1,6 +1,7 @@
 package fabric
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
@@ -21,6 +22,8 @@ const (
 	CodeBadRequest
 	CodeInternal
 	CodeChecksum
+	CodeDeadline
+	CodeCanceled
 
 	// FirstAppCode is the first code applications may use.
 	FirstAppCode Code = 1000
@@ -76,17 +79,29 @@ var (
 )
 
 // CodeOf returns the code to send for err: the code of the *Error it wraps,
-// or CodeInternal.
+// CodeDeadline or CodeCanceled for context errors, or CodeInternal.
 func CodeOf(err error) Code {
 	var e *Error
-	if errors.As(err, &e) {
+	switch {
+	case errors.As(err, &e):
 		return e.Code
+	case errors.Is(err, context.DeadlineExceeded):
+		return CodeDeadline
+	case errors.Is(err, context.Canceled):
+		return CodeCanceled
 	}
 	return CodeInternal
 }
 
 // RemoteError rebuilds an error a peer sent as (code, message). The result
-// matches the sentinel with that code under errors.Is.
+// matches the sentinel with that code under errors.Is, and the context
+// errors for CodeDeadline and CodeCanceled.
 func RemoteError(code Code, msg string) error {
+	switch code {
+	case CodeDeadline:
+		return fmt.Errorf("remote: %s: %w", msg, context.DeadlineExceeded)
+	case CodeCanceled:
+		return fmt.Errorf("remote: %s: %w", msg, context.Canceled)
+	}
 	return fmt.Errorf("remote: %w", &Error{Code: code, Msg: msg})
 }

@@ -29,8 +29,9 @@ type conn struct {
 	fr       frameReader // owned by the reader goroutine
 	peerLim  limits      // what the peer accepts from us
 
-	wmu         sync.Mutex // serializes frames on the socket
-	hasDeadline bool       // a write deadline is set (under wmu)
+	wmu sync.Mutex   // serializes frames on the socket; guards wdl and iov
+	wdl time.Time    // the socket's write deadline
+	iov net.Buffers  // scratch for gathered writes
 
 	sem      chan struct{} // our requests in flight, at most peerLim.maxInFlight
 	serving  atomic.Int32  // the peer's requests we are serving
@@ -42,12 +43,13 @@ type conn struct {
 	done     chan struct{}
 }
 
-// pending is one request of ours waiting for its reply.
+// pending is one request of ours waiting for its reply. Pooled with its
+// slices, so a request allocates nothing in steady state.
 type pending struct {
-	typ  uint8 // the reply type expected
-	dsts [][]byte
-	one  [1][]byte // dsts for a single Read, without allocating
-	meta []byte    // call reply body (pooled), owned by the waiter once done
+	typ  uint8    // the reply type expected
+	dsts [][]byte // where a read reply's data goes
+	data [][]byte // a write request's data
+	meta []byte   // call reply body (pooled), owned by the waiter once done
 	err  error
 	done chan struct{} // receives once, when the reader has finished with it
 
@@ -63,7 +65,9 @@ func getPending(typ uint8) *pending {
 }
 
 func putPending(p *pending) {
-	p.dsts, p.one[0], p.meta, p.err, p.abandoned = nil, nil, nil, nil, false
+	clear(p.dsts)
+	clear(p.data)
+	p.dsts, p.data, p.meta, p.err, p.abandoned = p.dsts[:0], p.data[:0], nil, nil, false
 	pendingPool.Put(p)
 }
 
@@ -140,23 +144,45 @@ func (c *conn) claim(id uint64) *pending {
 	return p
 }
 
-// send writes one frame made of bufs. A failed or cut-short write leaves the
-// stream unusable, so it closes the connection.
-func (c *conn) send(ctx context.Context, bufs net.Buffers) error {
+// deadline is when a send for ctx must have finished: ctx's deadline, or
+// IOTimeout from now so that a peer that stops reading cannot block us forever.
+func (c *conn) deadline(ctx context.Context, now time.Time) time.Time {
+	if dl, ok := ctx.Deadline(); ok {
+		return dl
+	}
+	return now.Add(c.ep.cfg.IOTimeout)
+}
+
+// send writes one frame: head (header and meta), then data gathered from
+// its slices. A failed or cut-short write leaves the stream unusable, so it
+// closes the connection.
+//
+// The socket's write deadline is moved only when it must be (earlier than
+// wanted, already passed, or more than a second short), which keeps timer
+// updates off the per-frame path.
+func (c *conn) send(ctx context.Context, head []byte, data [][]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if dl, ok := ctx.Deadline(); ok {
+	now := time.Now()
+	dl := c.deadline(ctx, now)
+	if c.wdl.IsZero() || dl.Before(c.wdl) || c.wdl.Before(now) || dl.Sub(c.wdl) > time.Second {
 		c.nc.SetWriteDeadline(dl)
-		c.hasDeadline = true
-	} else if c.hasDeadline {
-		c.nc.SetWriteDeadline(time.Time{})
-		c.hasDeadline = false
+		c.wdl = dl
 	}
 	var err error
-	if len(bufs) == 1 {
-		_, err = c.nc.Write(bufs[0])
+	if len(data) == 0 {
+		_, err = c.nc.Write(head)
 	} else {
-		_, err = bufs.WriteTo(c.nc)
+		c.iov = append(c.iov[:0], head)
+		for _, d := range data {
+			if len(d) > 0 {
+				c.iov = append(c.iov, d)
+			}
+		}
+		iov := c.iov
+		_, err = c.iov.WriteTo(c.nc)
+		clear(iov)
+		c.iov = iov[:0]
 	}
 	if err != nil {
 		c.close(fmt.Errorf("write: %w", err))
@@ -168,14 +194,15 @@ func (c *conn) send(ctx context.Context, bufs net.Buffers) error {
 	return nil
 }
 
-// roundTrip sends a request frame and waits for its reply. build encodes
-// the frame for request id; a read reply's data lands in dsts. It returns a
-// call reply's body (a pooled buffer the caller must put back).
+// roundTrip sends a request and waits for its reply. frame holds the
+// header (filled in here, once the request id is known) and the meta;
+// data follows it on the wire, and a read reply's data lands in dsts. It
+// returns a call reply's body (a pooled buffer the caller must put back).
 //
 // A request keeps its in-flight slot until its reply arrives or the
 // connection dies, even when the caller stops waiting: the peer still counts
 // it, and the slots are how we keep to the peer's limit.
-func (c *conn) roundTrip(ctx context.Context, typ uint8, dsts [][]byte, build func(id uint64) net.Buffers) ([]byte, error) {
+func (c *conn) roundTrip(ctx context.Context, h header, frame []byte, data, dsts [][]byte) ([]byte, error) {
 	select {
 	case c.sem <- struct{}{}:
 	case <-ctx.Done():
@@ -183,19 +210,17 @@ func (c *conn) roundTrip(ctx context.Context, typ uint8, dsts [][]byte, build fu
 	case <-c.done:
 		return nil, c.lostErr()
 	}
-	p := getPending(typ + 1)
-	p.dsts = dsts
-	if len(dsts) == 1 {
-		p.one[0] = dsts[0]
-		p.dsts = p.one[:]
-	}
+	p := getPending(h.typ + 1)
+	p.dsts = append(p.dsts, dsts...)
 	id, err := c.register(p)
 	if err != nil {
 		<-c.sem
 		putPending(p)
 		return nil, err
 	}
-	if err := c.send(ctx, build(id)); err != nil {
+	h.id = id
+	h.encode(frame, frame[headerSize:])
+	if err := c.send(ctx, frame, data); err != nil {
 		if c.claim(id) == nil {
 			<-p.done // close() or the reader got to it first
 		}
@@ -210,10 +235,16 @@ func (c *conn) roundTrip(ctx context.Context, typ uint8, dsts [][]byte, build fu
 			return nil, ctx.Err() // the reader frees p and the slot
 		}
 		// The reader is filling p right now, maybe streaming data into the
-		// caller's buffer. Cut the connection so it stops promptly; p is
-		// complete before the caller gets its buffer back.
-		c.nc.SetReadDeadline(time.Now())
-		<-p.done
+		// caller's buffer, which must not be handed back before it is done.
+		// Give it a moment; then cut the connection so it stops at once.
+		t := time.NewTimer(replyGrace)
+		select {
+		case <-p.done:
+		case <-t.C:
+			c.nc.SetReadDeadline(time.Now())
+			<-p.done
+		}
+		t.Stop()
 		if p.err != nil {
 			p.err = ctx.Err()
 		}
@@ -223,6 +254,9 @@ func (c *conn) roundTrip(ctx context.Context, typ uint8, dsts [][]byte, build fu
 	putPending(p)
 	return meta, err
 }
+// replyGrace is how long a caller whose deadline passed waits for a reply
+// that is already being read before cutting the connection.
+const replyGrace = 250 * time.Millisecond
 
 // abandon marks a request whose caller stopped waiting. It reports false if
 // the reader already took the request.

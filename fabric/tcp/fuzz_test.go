@@ -7,9 +7,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"runtime"
 	"io"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 

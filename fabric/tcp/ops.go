@@ -4,8 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"net"
-	"time"
+		"time"
 
 	"github.com/sluicefs/sluice/fabric"
 	"google.golang.org/protobuf/proto"
@@ -54,11 +53,7 @@ func (ep *Endpoint) call(ctx context.Context, node fabric.NodeID, method string,
 		return fmt.Errorf("marshal request: %w", err)
 	}
 	meta = meta[:head+len(body)]
-	reply, err := c.roundTrip(ctx, typeCall, nil, func(id uint64) net.Buffers {
-		h := header{typ: typeCall, id: id, metaLen: uint32(len(meta))}
-		h.encode(frame, meta)
-		return net.Buffers{frame[:headerSize+len(meta)]}
-	})
+	reply, err := c.roundTrip(ctx, header{typ: typeCall, metaLen: uint32(len(meta))}, frame[:headerSize+len(meta)], nil, nil)
 	if reply != nil {
 		defer ep.bufs.put(reply)
 	}
@@ -142,31 +137,23 @@ func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, typ uint8,
 		putDesc(frame[headerSize+i*descSize:], desc{key: op.Remote.Key, off: op.Remote.Offset, n: op.Remote.Len})
 	}
 	h := header{typ: typ, metaLen: uint32(metaLen)}
-	var bufs net.Buffers
-	var dsts [][]byte
-	if typ == typeRead {
-		dsts = make([][]byte, len(ops))
-		for i, op := range ops {
-			dsts[i] = op.Local
-		}
+	var locals [1][]byte // a single op's slice list, without allocating
+	var lists [][]byte
+	if len(ops) == 1 {
+		locals[0] = ops[0].Local
+		lists = locals[:]
 	} else {
-		bufs = make(net.Buffers, 1, 1+len(ops))
-		for _, op := range ops {
-			if len(op.Local) > 0 {
-				bufs = append(bufs, op.Local)
-			}
+		lists = make([][]byte, len(ops))
+		for i, op := range ops {
+			lists[i] = op.Local
 		}
-		h.dataLen = uint32(total)
-		h.dataCRC = dataCRC(bufs[1:])
 	}
-	_, err = c.roundTrip(ctx, typ, dsts, func(id uint64) net.Buffers {
-		h.id = id
-		h.encode(frame, frame[headerSize:])
-		if bufs == nil {
-			return net.Buffers{frame}
-		}
-		bufs[0] = frame
-		return bufs
-	})
+	if typ == typeRead {
+		_, err = c.roundTrip(ctx, h, frame, nil, lists)
+		return err
+	}
+	h.dataLen = uint32(total)
+	h.dataCRC = dataCRC(lists)
+	_, err = c.roundTrip(ctx, h, frame, lists, nil)
 	return err
 }

@@ -13,35 +13,68 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// readLoop reads frames until the connection fails, then closes it.
+// work is a request of the peer's, read off the socket and waiting for its
+// reply.
+type work struct {
+	typ   uint8  // typeCall, typeRead or typeWrite
+	id    uint64 // the peer's request id
+	meta  []byte // a call's meta (pooled)
+	spans []fabric.Span
+	total uint64 // bytes in spans
+	err   error  // reply with this error
+}
+
+// readLoop reads frames until the connection fails, then closes it. When it
+// reads a request of the peer's it starts another reader and serves the
+// request itself: handing on the socket rather than the request lets the
+// reply go out before the next read parks, which is most of a small
+// request's latency.
 func (c *conn) readLoop() {
 	defer c.ep.wg.Done()
-	err := c.readFrames()
+	var w work
+	err := c.readFrames(&w)
+	if err == nil {
+		c.serve(&w)
+		return
+	}
 	c.close(err)
 	if !errors.Is(err, fabric.ErrClosed) && !errors.Is(err, net.ErrClosed) {
 		c.ep.log.Debug("fabric connection closed", "peer", c.peer, "err", err)
 	}
 }
 
-func (c *conn) readFrames() error {
+// readFrames reads frames until one is a request, which it leaves in w after
+// starting the next reader, or until the connection fails.
+func (c *conn) readFrames(w *work) error {
 	for {
 		h, err := c.fr.header()
 		if err != nil {
 			return err
 		}
+		if isReply(h.typ) {
+			if err := c.readReply(h); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := c.admit(); err != nil {
+			return err
+		}
+		*w = work{typ: h.typ, id: h.id}
 		switch h.typ {
-		case typeCallReply, typeReadReply, typeWriteReply:
-			err = c.readReply(h)
 		case typeCall:
-			err = c.readCall(h)
+			err = c.readCall(h, w)
 		case typeRead:
-			err = c.readReadRequest(h)
+			err = c.readReadRequest(h, w)
 		case typeWrite:
-			err = c.readWriteRequest(h)
+			err = c.readWriteRequest(h, w)
 		}
 		if err != nil {
 			return err
 		}
+		c.ep.wg.Add(1)
+		go c.readLoop()
+		return nil
 	}
 }
 
@@ -129,52 +162,165 @@ func (c *conn) admit() error {
 	return nil
 }
 
-func (c *conn) readCall(h header) error {
-	if err := c.admit(); err != nil {
+// readCall reads a call's meta into a pooled buffer.
+func (c *conn) readCall(h header, w *work) error {
+	w.meta = c.ep.bufs.get(int(h.metaLen))
+	if err := c.fr.meta(h, w.meta); err != nil {
+		c.ep.bufs.put(w.meta)
 		return err
 	}
-	meta := c.ep.bufs.get(int(h.metaLen))
-	if err := c.fr.meta(h, meta); err != nil {
-		c.ep.bufs.put(meta)
-		return err
-	}
-	c.ep.wg.Add(1)
-	go c.serveCall(h.id, meta)
 	return nil
 }
 
-func (c *conn) serveCall(id uint64, meta []byte) {
-	defer c.ep.wg.Done()
-	defer c.serving.Add(-1)
-	resp, err := c.runHandler(meta)
-	c.ep.bufs.put(meta)
-	var frame []byte
-	h := header{typ: typeCallReply, id: id}
-	if err == nil {
-		size := proto.Size(resp)
-		frame = c.ep.bufs.get(headerSize + size)
-		body, merr := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(frame[headerSize:headerSize], resp)
-		switch {
-		case merr != nil:
-			err = fmt.Errorf("%w: marshal response: %v", fabric.ErrInternal, merr)
-		case uint32(len(body)) > c.peerLim.maxMeta:
-			err = fmt.Errorf("%w: response of %d bytes exceeds the caller's limit %d", fabric.ErrInternal, len(body), c.peerLim.maxMeta)
-		default:
-			h.metaLen = uint32(len(body))
-			h.encode(frame, body)
-			frame = frame[:headerSize+len(body)]
-		}
-		if err != nil {
-			c.ep.bufs.put(frame)
-		}
+// readDescriptors reads a one-sided request's descriptors and acquires the
+// regions they name; w.err says why not when they cannot be served.
+func (c *conn) readDescriptors(h header, w *work, want fabric.Access) error {
+	meta := c.ep.bufs.get(int(h.metaLen))
+	defer c.ep.bufs.put(meta)
+	if err := c.fr.meta(h, meta); err != nil {
+		return err
 	}
+	w.spans, w.total, w.err = c.acquireAll(meta, want)
+	return nil
+}
+
+// readReadRequest takes the peer's pull: the reply streams straight out of
+// our registered regions.
+func (c *conn) readReadRequest(h header, w *work) error {
+	if err := c.readDescriptors(h, w, fabric.AccessRemoteRead); err != nil {
+		return err
+	}
+	if w.err == nil && w.total > maxData {
+		releaseAll(w.spans)
+		w.spans, w.err = nil, fmt.Errorf("%w: read of %d bytes", fabric.ErrBadRequest, w.total)
+	}
+	return nil
+}
+
+// readWriteRequest takes the peer's push: its bytes go from the socket
+// straight into our registered regions.
+func (c *conn) readWriteRequest(h header, w *work) error {
+	if err := c.readDescriptors(h, w, fabric.AccessRemoteWrite); err != nil {
+		return err
+	}
+	if w.err != nil {
+		// Refused: the bytes are drained unread, never stored or buffered.
+		return c.fr.skip(uint64(h.dataLen))
+	}
+	defer func() {
+		releaseAll(w.spans)
+		w.spans = nil
+	}()
+	if w.total != uint64(h.dataLen) {
+		return fmt.Errorf("%w: write of %d bytes carries %d", fabric.ErrProtocol, w.total, h.dataLen)
+	}
+	var one [1][]byte
+	dsts := one[:0]
+	for _, s := range w.spans {
+		dsts = append(dsts, s.B)
+	}
+	stop := c.payloadDeadline(h)
+	ok, err := c.fr.data(h, dsts)
+	stop()
 	if err != nil {
-		frame = c.errorFrame(h, err)
+		return err
 	}
-	if serr := c.send(c.ep.ctx, net.Buffers{frame}); serr != nil {
-		c.ep.log.Debug("fabric reply not sent", "peer", c.peer, "err", serr)
+	if !ok {
+		w.err = fmt.Errorf("write from %s: %w", c.peer, fabric.ErrChecksum)
+		c.ep.log.Warn("fabric write payload failed its checksum", "peer", c.peer)
+	}
+	return nil
+}
+
+// acquireAll checks every descriptor in meta against the region table and
+// holds the spans. On error nothing stays held.
+func (c *conn) acquireAll(meta []byte, want fabric.Access) ([]fabric.Span, uint64, error) {
+	n := len(meta) / descSize
+	spans := make([]fabric.Span, 0, n)
+	total := uint64(0)
+	for i := 0; i < n; i++ {
+		d := getDesc(meta[i*descSize:])
+		s, err := c.ep.regions.Acquire(d.key, d.off, d.n, want)
+		if err != nil {
+			releaseAll(spans)
+			if n > 1 {
+				err = fmt.Errorf("range %d: %w", i, err)
+			}
+			return nil, 0, err
+		}
+		spans = append(spans, s)
+		total += uint64(d.n)
+	}
+	return spans, total, nil
+}
+
+func releaseAll(spans []fabric.Span) {
+	for _, s := range spans {
+		s.Release()
+	}
+}
+
+// serve sends the reply to a request of the peer's, running its handler first
+// if it is a call.
+func (c *conn) serve(w *work) {
+	defer c.serving.Add(-1)
+	h := header{typ: w.typ + 1, id: w.id}
+	switch {
+	case w.typ == typeCall:
+		c.serveCall(h, w.meta)
+		return
+	case w.err != nil:
+		c.sendReply(c.errorFrame(h, w.err), nil)
+	case w.typ == typeRead:
+		defer releaseAll(w.spans)
+		var one [1][]byte
+		data := one[:0]
+		for _, s := range w.spans {
+			data = append(data, s.B)
+		}
+		h.dataLen, h.dataCRC = uint32(w.total), dataCRC(data)
+		frame := c.ep.bufs.get(headerSize)
+		h.encode(frame, nil)
+		c.sendReply(frame, data)
+	default: // typeWrite, done
+		frame := c.ep.bufs.get(headerSize)
+		h.encode(frame, nil)
+		c.sendReply(frame, nil)
+	}
+}
+
+// sendReply sends a reply frame and returns it to the pool.
+func (c *conn) sendReply(frame []byte, data [][]byte) {
+	if err := c.send(c.ep.ctx, frame, data); err != nil {
+		c.ep.log.Debug("fabric reply not sent", "peer", c.peer, "err", err)
 	}
 	c.ep.bufs.put(frame)
+}
+
+func (c *conn) serveCall(h header, meta []byte) {
+	resp, err := c.runHandler(meta)
+	c.ep.bufs.put(meta)
+	if err != nil {
+		c.sendReply(c.errorFrame(h, err), nil)
+		return
+	}
+	size := proto.Size(resp)
+	frame := c.ep.bufs.get(headerSize + size)
+	body, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend(frame[headerSize:headerSize], resp)
+	switch {
+	case err != nil:
+		err = fmt.Errorf("%w: marshal response: %v", fabric.ErrInternal, err)
+	case uint32(len(body)) > c.peerLim.maxMeta:
+		err = fmt.Errorf("%w: response of %d bytes exceeds the caller's limit %d", fabric.ErrInternal, len(body), c.peerLim.maxMeta)
+	}
+	if err != nil {
+		c.ep.bufs.put(frame)
+		c.sendReply(c.errorFrame(h, err), nil)
+		return
+	}
+	h.metaLen = uint32(len(body))
+	h.encode(frame, body)
+	c.sendReply(frame[:headerSize+len(body)], nil)
 }
 
 // runHandler decodes a call's meta and runs its handler under the caller's
@@ -217,155 +363,4 @@ func (c *conn) errorFrame(h header, err error) []byte {
 	copy(frame[headerSize:], msg)
 	h.encode(frame, frame[headerSize:])
 	return frame
-}
-
-// replyStatus sends a reply with no body from its own goroutine.
-func (c *conn) replyStatus(typ uint8, id uint64, err error) {
-	defer c.ep.wg.Done()
-	defer c.serving.Add(-1)
-	h := header{typ: typ, id: id}
-	var frame []byte
-	if err != nil {
-		frame = c.errorFrame(h, err)
-	} else {
-		frame = c.ep.bufs.get(headerSize)
-		h.encode(frame, nil)
-	}
-	if serr := c.send(c.ep.ctx, net.Buffers{frame}); serr != nil {
-		c.ep.log.Debug("fabric reply not sent", "peer", c.peer, "err", serr)
-	}
-	c.ep.bufs.put(frame)
-}
-
-// acquireAll checks every descriptor in meta against the region table and
-// holds the spans. On error nothing stays held.
-func (c *conn) acquireAll(meta []byte, want fabric.Access) ([]fabric.Span, uint64, error) {
-	n := len(meta) / descSize
-	spans := make([]fabric.Span, 0, n)
-	total := uint64(0)
-	for i := 0; i < n; i++ {
-		d := getDesc(meta[i*descSize:])
-		s, err := c.ep.regions.Acquire(d.key, d.off, d.n, want)
-		if err != nil {
-			for _, s := range spans {
-				s.Release()
-			}
-			if n > 1 {
-				err = fmt.Errorf("range %d: %w", i, err)
-			}
-			return nil, 0, err
-		}
-		spans = append(spans, s)
-		total += uint64(d.n)
-	}
-	return spans, total, nil
-}
-
-func releaseAll(spans []fabric.Span) {
-	for _, s := range spans {
-		s.Release()
-	}
-}
-
-// readMetaSmall reads a request's descriptor list into a pooled buffer.
-func (c *conn) readDescriptors(h header) ([]byte, error) {
-	meta := c.ep.bufs.get(int(h.metaLen))
-	if err := c.fr.meta(h, meta); err != nil {
-		c.ep.bufs.put(meta)
-		return nil, err
-	}
-	return meta, nil
-}
-
-// readReadRequest serves the peer's pull: the reply streams straight out of
-// our registered regions.
-func (c *conn) readReadRequest(h header) error {
-	if err := c.admit(); err != nil {
-		return err
-	}
-	meta, err := c.readDescriptors(h)
-	if err != nil {
-		return err
-	}
-	spans, total, aerr := c.acquireAll(meta, fabric.AccessRemoteRead)
-	c.ep.bufs.put(meta)
-	c.ep.wg.Add(1)
-	if aerr == nil && total > maxData {
-		releaseAll(spans)
-		aerr = fmt.Errorf("%w: read of %d bytes", fabric.ErrBadRequest, total)
-	}
-	if aerr != nil {
-		go c.replyStatus(typeReadReply, h.id, aerr)
-		return nil
-	}
-	go c.sendReadReply(h.id, spans, total)
-	return nil
-}
-
-func (c *conn) sendReadReply(id uint64, spans []fabric.Span, total uint64) {
-	defer c.ep.wg.Done()
-	defer c.serving.Add(-1)
-	defer releaseAll(spans)
-	bufs := make(net.Buffers, 1, 1+len(spans))
-	for _, s := range spans {
-		if len(s.B) > 0 {
-			bufs = append(bufs, s.B)
-		}
-	}
-	hdr := c.ep.bufs.get(headerSize)
-	defer c.ep.bufs.put(hdr)
-	h := header{typ: typeReadReply, id: id, dataLen: uint32(total), dataCRC: dataCRC(bufs[1:])}
-	h.encode(hdr, nil)
-	bufs[0] = hdr
-	ctx, cancel := context.WithTimeout(c.ep.ctx, c.ep.cfg.IOTimeout)
-	defer cancel()
-	if err := c.send(ctx, bufs); err != nil {
-		c.ep.log.Debug("fabric read reply not sent", "peer", c.peer, "err", err)
-	}
-}
-
-// readWriteRequest serves the peer's push: its bytes go from the socket
-// straight into our registered regions.
-func (c *conn) readWriteRequest(h header) error {
-	if err := c.admit(); err != nil {
-		return err
-	}
-	meta, err := c.readDescriptors(h)
-	if err != nil {
-		return err
-	}
-	spans, total, aerr := c.acquireAll(meta, fabric.AccessRemoteWrite)
-	c.ep.bufs.put(meta)
-	if aerr == nil && total != uint64(h.dataLen) {
-		releaseAll(spans)
-		return fmt.Errorf("%w: write of %d bytes carries %d", fabric.ErrProtocol, total, h.dataLen)
-	}
-	if aerr != nil {
-		// Refused: the bytes are drained unread, never stored or buffered.
-		if err := c.fr.skip(uint64(h.dataLen)); err != nil {
-			return err
-		}
-		c.ep.wg.Add(1)
-		go c.replyStatus(typeWriteReply, h.id, aerr)
-		return nil
-	}
-	dsts := make([][]byte, len(spans))
-	for i, s := range spans {
-		dsts[i] = s.B
-	}
-	stop := c.payloadDeadline(h)
-	ok, err := c.fr.data(h, dsts)
-	stop()
-	releaseAll(spans)
-	if err != nil {
-		return err
-	}
-	var werr error
-	if !ok {
-		werr = fmt.Errorf("write from %s: %w", c.peer, fabric.ErrChecksum)
-		c.ep.log.Warn("fabric write payload failed its checksum", "peer", c.peer)
-	}
-	c.ep.wg.Add(1)
-	go c.replyStatus(typeWriteReply, h.id, werr)
-	return nil
 }
