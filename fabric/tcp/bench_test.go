@@ -3,7 +3,6 @@ package tcp
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"io"
 	"net"
 	"testing"
@@ -47,11 +46,11 @@ func rawPair(b *testing.B) (client, server net.Conn) {
 	return client, server
 }
 
-// rawRate measures bytes/s of n request-response exchanges over a plain
-// socket: the client sends reqSize bytes, the server answers respSize bytes.
-// Each side reads the other's bytes into a buffer of its own, as the fabric
-// does into registered memory.
-func rawRate(b *testing.B, n, reqSize, respSize int) float64 {
+// rawExchange returns a function doing one request-response exchange over
+// a plain socket: the client sends reqSize bytes, the server answers
+// respSize bytes. Each side reads the other's bytes into a buffer of its
+// own, as the fabric does into registered memory.
+func rawExchange(b *testing.B, reqSize, respSize int) func() {
 	c, s := rawPair(b)
 	go func() {
 		req, resp := make([]byte, reqSize), make([]byte, respSize)
@@ -66,24 +65,48 @@ func rawRate(b *testing.B, n, reqSize, respSize int) float64 {
 	}()
 	req, resp := make([]byte, reqSize), make([]byte, respSize)
 	binary.LittleEndian.PutUint64(req, 1)
-	run := func(k int) {
-		for i := 0; i < k; i++ {
-			if _, err := c.Write(req); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := io.ReadFull(c, resp); err != nil {
-				b.Fatal(err)
-			}
+	return func() {
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, resp); err != nil {
+			b.Fatal(err)
 		}
 	}
-	run(min(n, 100))
-	t0 := time.Now()
-	run(n)
-	return float64(n*max(reqSize, respSize)) / time.Since(t0).Seconds()
 }
 
-func benchPair(b *testing.B) (srv, cli fabric.Endpoint) {
-	tr := newTransport(b, Config{})
+// versus times op against base, alternating blocks of each so that drift in
+// the machine's speed hits both alike. b's own timer covers op only. It
+// returns base's time ÷ op's time: op's speed relative to base's.
+func versus(b *testing.B, op, base func()) float64 {
+	const block = 8
+	for i := 0; i < 2*block; i++ {
+		op()
+		base()
+	}
+	var opTime, baseTime time.Duration
+	b.ResetTimer()
+	for done := 0; done < b.N; done += block {
+		n := min(block, b.N-done)
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			op()
+		}
+		t1 := time.Now()
+		b.StopTimer()
+		for i := 0; i < n; i++ {
+			base()
+		}
+		baseTime += time.Since(t1)
+		b.StartTimer()
+		opTime += t1.Sub(t0)
+	}
+	b.StopTimer()
+	return baseTime.Seconds() / opTime.Seconds()
+}
+
+func benchPair(b *testing.B, cfg Config) (srv, cli fabric.Endpoint) {
+	tr := newTransport(b, cfg)
 	srv, err := tr.Listen("127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -96,9 +119,10 @@ func benchPair(b *testing.B) (srv, cli fabric.Endpoint) {
 	return srv, cli
 }
 
-// oneSided benchmarks cli reading (or writing) size bytes of srv's memory.
-func oneSided(b *testing.B, size int, write bool) {
-	srv, cli := benchPair(b)
+// oneSided benchmarks cli reading (or writing) size bytes of srv's memory
+// against the same bytes over a plain socket.
+func oneSided(b *testing.B, size int, write bool, cfg Config) {
+	srv, cli := benchPair(b, cfg)
 	mr, err := srv.RegisterMemory(make([]byte, size), fabric.AccessRemoteReadWrite)
 	if err != nil {
 		b.Fatal(err)
@@ -106,85 +130,64 @@ func oneSided(b *testing.B, size int, write bool) {
 	local := make([]byte, size)
 	rb := mr.Remote(0, size)
 	ctx := context.Background()
-	op := func() error {
+	op := func() {
+		var err error
 		if write {
-			return cli.Write(ctx, local, rb)
+			err = cli.Write(ctx, local, rb)
+		} else {
+			err = cli.Read(ctx, rb, local)
 		}
-		return cli.Read(ctx, rb, local)
-	}
-	for i := 0; i < 100; i++ {
-		if err := op(); err != nil {
+		if err != nil {
 			b.Fatal(err)
 		}
+	}
+	var base func()
+	if write {
+		base = rawExchange(b, size, 1)
+	} else {
+		base = rawExchange(b, 8, size)
 	}
 	b.SetBytes(int64(size))
-	b.ResetTimer()
-	t0 := time.Now()
-	for i := 0; i < b.N; i++ {
-		if err := op(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	el := time.Since(t0)
-	b.StopTimer()
-	rate := float64(size) * float64(b.N) / el.Seconds()
-	var raw float64
-	if write {
-		raw = rawRate(b, b.N, size, 1)
-	} else {
-		raw = rawRate(b, b.N, 8, size)
-	}
-	b.ReportMetric(rate/raw, "x_socket")
-	b.ReportMetric(raw/1e6, "socket_MB/s")
+	b.ReportMetric(versus(b, op, base), "x_socket")
 }
 
 // BenchmarkRead: RDMA-READ-style pulls of a peer's registered memory.
 func BenchmarkRead(b *testing.B) {
 	for _, s := range benchSizes {
-		b.Run("size="+s.name, func(b *testing.B) { oneSided(b, s.n, false) })
+		b.Run("size="+s.name, func(b *testing.B) { oneSided(b, s.n, false, Config{}) })
 	}
+	b.Run("size=1MiB/crc=off", func(b *testing.B) { oneSided(b, 1<<20, false, Config{NoDataChecksum: true}) })
 }
 
 // BenchmarkWrite: RDMA-WRITE-style pushes into a peer's registered memory.
 func BenchmarkWrite(b *testing.B) {
 	for _, s := range benchSizes {
-		b.Run("size="+s.name, func(b *testing.B) { oneSided(b, s.n, true) })
+		b.Run("size="+s.name, func(b *testing.B) { oneSided(b, s.n, true, Config{}) })
 	}
+	b.Run("size=1MiB/crc=off", func(b *testing.B) { oneSided(b, 1<<20, true, Config{NoDataChecksum: true}) })
 }
 
 // BenchmarkCall: a 64-byte request and response, against a raw socket
 // ping-pong of 64 bytes each way.
 func BenchmarkCall(b *testing.B) {
-	srv, cli := benchPair(b)
+	srv, cli := benchPair(b, Config{})
 	fabric.Handle(srv, "echo", func(ctx context.Context, peer fabric.NodeID, req *wrapperspb.BytesValue) (*wrapperspb.BytesValue, error) {
 		return req, nil
 	})
 	req := wrapperspb.Bytes(make([]byte, 62)) // 64 bytes encoded
 	var resp wrapperspb.BytesValue
 	ctx := context.Background()
-	for i := 0; i < 100; i++ {
+	op := func() {
 		if err := cli.Call(ctx, srv.ID(), "echo", req, &resp); err != nil {
 			b.Fatal(err)
 		}
 	}
-	b.ResetTimer()
-	t0 := time.Now()
-	for i := 0; i < b.N; i++ {
-		if err := cli.Call(ctx, srv.ID(), "echo", req, &resp); err != nil {
-			b.Fatal(err)
-		}
-	}
-	el := time.Since(t0)
-	b.StopTimer()
-	rate := float64(b.N) / el.Seconds()
-	raw := rawRate(b, b.N, 64, 64) / 64
-	b.ReportMetric(rate/raw, "x_pingpong")
-	b.ReportMetric(rate, "calls/s")
+	b.ReportMetric(versus(b, op, rawExchange(b, 64, 64)), "x_pingpong")
 }
 
 // BenchmarkReadBatch: 64 ranges of 4 KiB in one round trip.
 func BenchmarkReadBatch(b *testing.B) {
-	srv, cli := benchPair(b)
+	srv, cli := benchPair(b, Config{})
 	const n, size = 64, 4 << 10
 	mr, err := srv.RegisterMemory(make([]byte, n*size*2), fabric.AccessRemoteRead)
 	if err != nil {
@@ -204,5 +207,3 @@ func BenchmarkReadBatch(b *testing.B) {
 	}
 	b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "ranges/s")
 }
-
-var _ = fmt.Sprint

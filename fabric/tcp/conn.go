@@ -3,8 +3,10 @@ package tcp
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -29,9 +31,10 @@ type conn struct {
 	fr       frameReader // owned by the reader goroutine
 	peerLim  limits      // what the peer accepts from us
 
-	wmu sync.Mutex   // serializes frames on the socket; guards wdl and iov
-	wdl time.Time    // the socket's write deadline
-	iov net.Buffers  // scratch for gathered writes
+	wmu     sync.Mutex  // serializes frames on the socket; guards the fields below
+	wdl     time.Time   // the socket's write deadline
+	iov     net.Buffers // scratch for gathered writes
+	trailer [4]byte     // scratch for the data CRC
 
 	sem      chan struct{} // our requests in flight, at most peerLim.maxInFlight
 	serving  atomic.Int32  // the peer's requests we are serving
@@ -169,20 +172,15 @@ func (c *conn) send(ctx context.Context, head []byte, data [][]byte) error {
 		c.nc.SetWriteDeadline(dl)
 		c.wdl = dl
 	}
+	size := 0
+	for _, d := range data {
+		size += len(d)
+	}
 	var err error
-	if len(data) == 0 {
+	if size == 0 {
 		_, err = c.nc.Write(head)
 	} else {
-		c.iov = append(c.iov[:0], head)
-		for _, d := range data {
-			if len(d) > 0 {
-				c.iov = append(c.iov, d)
-			}
-		}
-		iov := c.iov
-		_, err = c.iov.WriteTo(c.nc)
-		clear(iov)
-		c.iov = iov[:0]
+		err = c.writeData(head, data)
 	}
 	if err != nil {
 		c.close(fmt.Errorf("write: %w", err))
@@ -192,6 +190,47 @@ func (c *conn) send(ctx context.Context, head []byte, data [][]byte) error {
 		return c.lostErr()
 	}
 	return nil
+}
+
+// writeData writes head, then data and, if head's flags ask for it, the
+// data's CRC trailer, in gathered writes of about crcChunk bytes, each
+// checksummed just before it is written.
+func (c *conn) writeData(head []byte, data [][]byte) error {
+	check := head[20]&flagDataCRC != 0
+	c.iov = append(c.iov[:0], head)
+	gathered := 0
+	crc := uint32(0)
+	for _, d := range data {
+		for len(d) > 0 {
+			n := min(len(d), crcChunk-gathered)
+			if check {
+				crc = crc32.Update(crc, castagnoli, d[:n])
+			}
+			c.iov = append(c.iov, d[:n])
+			gathered += n
+			d = d[n:]
+			if gathered == crcChunk {
+				if err := c.flush(); err != nil {
+					return err
+				}
+				gathered = 0
+			}
+		}
+	}
+	if check {
+		binary.LittleEndian.PutUint32(c.trailer[:], crc)
+		c.iov = append(c.iov, c.trailer[:])
+	}
+	return c.flush()
+}
+
+// flush writes the gathered slices in c.iov.
+func (c *conn) flush() error {
+	iov := c.iov
+	_, err := c.iov.WriteTo(c.nc)
+	clear(iov)
+	c.iov = iov[:0]
+	return err
 }
 
 // roundTrip sends a request and waits for its reply. frame holds the
@@ -254,6 +293,7 @@ func (c *conn) roundTrip(ctx context.Context, h header, frame []byte, data, dsts
 	putPending(p)
 	return meta, err
 }
+
 // replyGrace is how long a caller whose deadline passed waits for a reply
 // that is already being read before cutting the connection.
 const replyGrace = 250 * time.Millisecond

@@ -18,15 +18,22 @@ import (
 //	4   metaLen  u32  (bytes of meta that follow the header)
 //	8   reqID    u64  (chosen by the requester, echoed by the reply)
 //	16  dataLen  u32  (bytes of bulk data that follow the meta)
-//	20  dataCRC  u32  (CRC32C of the data)
-//	24  reserved u32  (zero)
+//	20  flags    u8   (flagDataCRC)
+//	21  reserved      (7 bytes, zero)
 //	28  headCRC  u32  (CRC32C of bytes 0..27 and the meta)
+//
+// followed by the meta, then dataLen bytes of data and, when flagDataCRC is
+// set, a trailer: the data's CRC32C (u32). Senders set it unless configured
+// not to (Config.NoDataChecksum); receivers check it whenever it is set.
 //
 // The meta is small and is checked (headCRC) before anything acts on it, so a
 // corrupted descriptor can never steer bulk data into the wrong place. Bulk
 // data is read straight from the socket into its destination (a registered
-// region or the caller's buffer) while its CRC is computed; a data CRC
-// mismatch fails that one request.
+// region or the caller's buffer) while its CRC is computed, and checked
+// against the trailer; a mismatch fails that one request. The CRC sits
+// after the data so that a sender checksums each piece just before writing
+// it: the checksum work on both ends overlaps the transfer instead of
+// preceding it.
 //
 // Meta by type:
 //
@@ -50,6 +57,9 @@ const (
 	typeWrite      = 5
 	typeWriteReply = 6
 
+	// flagDataCRC: the data is followed by its CRC32C.
+	flagDataCRC = 1
+
 	// maxData bounds one frame's bulk data; larger batches are refused locally.
 	maxData = 1 << 30
 	// maxErrorMsg bounds an error message in a reply.
@@ -64,7 +74,7 @@ type header struct {
 	metaLen uint32
 	id      uint64
 	dataLen uint32
-	dataCRC uint32
+	flags   uint8
 	headCRC uint32
 }
 
@@ -87,8 +97,7 @@ func (h *header) encode(b []byte, meta []byte) {
 	binary.LittleEndian.PutUint32(b[4:], h.metaLen)
 	binary.LittleEndian.PutUint64(b[8:], h.id)
 	binary.LittleEndian.PutUint32(b[16:], h.dataLen)
-	binary.LittleEndian.PutUint32(b[20:], h.dataCRC)
-	binary.LittleEndian.PutUint32(b[24:], 0)
+	binary.LittleEndian.PutUint64(b[20:], uint64(h.flags))
 	crc := crc32.Update(0, castagnoli, b[:28])
 	crc = crc32.Update(crc, castagnoli, meta)
 	h.headCRC = crc
@@ -110,10 +119,13 @@ func decodeHeader(b []byte, lim limits) (header, error) {
 	h.metaLen = binary.LittleEndian.Uint32(b[4:])
 	h.id = binary.LittleEndian.Uint64(b[8:])
 	h.dataLen = binary.LittleEndian.Uint32(b[16:])
-	h.dataCRC = binary.LittleEndian.Uint32(b[20:])
 	h.headCRC = binary.LittleEndian.Uint32(b[28:])
-	if binary.LittleEndian.Uint32(b[24:]) != 0 {
+	h.flags = b[20]
+	if binary.LittleEndian.Uint64(b[20:])>>8 != 0 || h.flags&^flagDataCRC != 0 {
 		return h, fmt.Errorf("%w: reserved header bits set", fabric.ErrProtocol)
+	}
+	if h.flags&flagDataCRC != 0 && h.dataLen == 0 {
+		return h, fmt.Errorf("%w: checksum flag on a frame without data", fabric.ErrProtocol)
 	}
 	if h.metaLen > lim.maxMeta {
 		return h, fmt.Errorf("%w: meta of %d bytes, limit %d", fabric.ErrFrameTooLarge, h.metaLen, lim.maxMeta)
@@ -166,13 +178,16 @@ func (r *frameReader) meta(h header, dst []byte) error {
 	return nil
 }
 
-// crcChunk is how much data is read before folding it into the CRC, so the
-// CRC runs over bytes still in cache.
-const crcChunk = 256 << 10
+// crcChunk is how much data is checksummed at a time, on both ends: small
+// enough to stay in cache between the copy and the checksum, large enough to
+// keep system calls few.
+const crcChunk = 128 << 10
 
 // data reads h.dataLen bytes scattered over dsts (whose lengths sum to
-// h.dataLen) straight from the socket and returns whether the CRC matched.
+// h.dataLen) straight from the socket, then the trailer if there is one, and
+// returns whether the CRC matched.
 func (r *frameReader) data(h header, dsts [][]byte) (bool, error) {
+	check := h.flags&flagDataCRC != 0
 	crc := uint32(0)
 	for _, d := range dsts {
 		for len(d) > 0 {
@@ -180,16 +195,29 @@ func (r *frameReader) data(h header, dsts [][]byte) (bool, error) {
 			if _, err := io.ReadFull(r.br, d[:n]); err != nil {
 				return false, err
 			}
-			crc = crc32.Update(crc, castagnoli, d[:n])
+			if check {
+				crc = crc32.Update(crc, castagnoli, d[:n])
+			}
 			d = d[n:]
 		}
 	}
-	return crc == h.dataCRC, nil
+	if !check {
+		return true, nil
+	}
+	var trailer [4]byte
+	if _, err := io.ReadFull(r.br, trailer[:]); err != nil {
+		return false, err
+	}
+	return crc == binary.LittleEndian.Uint32(trailer[:]), nil
 }
 
-// skip discards n bytes without allocating for them.
-func (r *frameReader) skip(n uint64) error {
-	_, err := r.br.Discard(int(n))
+// skipData discards h's data and trailer without allocating for them.
+func (r *frameReader) skipData(h header) error {
+	n := int(h.dataLen)
+	if h.flags&flagDataCRC != 0 {
+		n += 4
+	}
+	_, err := r.br.Discard(n)
 	return err
 }
 
@@ -211,13 +239,4 @@ func getDesc(b []byte) desc {
 		off: binary.LittleEndian.Uint64(b[8:]),
 		n:   binary.LittleEndian.Uint32(b[16:]),
 	}
-}
-
-// dataCRC is the CRC32C of bufs back to back.
-func dataCRC(bufs [][]byte) uint32 {
-	crc := uint32(0)
-	for _, b := range bufs {
-		crc = crc32.Update(crc, castagnoli, b)
-	}
-	return crc
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"runtime"
@@ -22,11 +23,9 @@ import (
 // re-encode to the same bytes.
 func FuzzDecodeFrame(f *testing.F) {
 	f.Add(callFrame(1, "echo", wrapperspb.String("hello")))
-	w := make([]byte, headerSize+descSize+4)
-	putDesc(w[headerSize:], desc{key: 5, off: 1, n: 4})
-	(&header{typ: typeWrite, id: 3, metaLen: descSize, dataLen: 4, dataCRC: dataCRC([][]byte{{1, 2, 3, 4}})}).encode(w, w[headerSize:headerSize+descSize])
-	copy(w[headerSize+descSize:], []byte{1, 2, 3, 4})
-	f.Add(w)
+	meta := make([]byte, descSize)
+	putDesc(meta, desc{key: 5, off: 1, n: 4})
+	f.Add(encodeFrame(header{typ: typeWrite, id: 3}, meta, []byte{1, 2, 3, 4}))
 	f.Add(make([]byte, headerSize))
 	lim := limits{maxMeta: 64 << 10, maxInFlight: 8}
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -108,10 +107,7 @@ func FuzzServe(f *testing.F) {
 				binary.LittleEndian.PutUint64(meta[i:], key)
 			}
 		}
-		h := header{typ: typ, id: 7, metaLen: uint32(len(meta)), dataLen: uint32(len(data)), dataCRC: dataCRC([][]byte{data})}
-		frame := make([]byte, headerSize)
-		h.encode(frame, meta)
-		frame = append(append(frame, meta...), data...)
+		frame := encodeFrame(header{typ: typ, id: 7}, meta, data)
 		a.SetWriteDeadline(time.Now().Add(2 * time.Second))
 		a.Write(frame)
 	})
@@ -141,4 +137,13 @@ func FuzzHandshake(f *testing.F) {
 			t.Fatal("auth error before a hello was read")
 		}
 	})
+}
+
+// dataCRC is the CRC32C of bufs back to back.
+func dataCRC(bufs [][]byte) uint32 {
+	crc := uint32(0)
+	for _, b := range bufs {
+		crc = crc32.Update(crc, castagnoli, b)
+	}
+	return crc
 }

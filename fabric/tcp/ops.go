@@ -4,7 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-		"time"
+	"time"
 
 	"github.com/sluicefs/sluice/fabric"
 	"google.golang.org/protobuf/proto"
@@ -152,8 +152,7 @@ func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, typ uint8,
 		_, err = c.roundTrip(ctx, h, frame, nil, lists)
 		return err
 	}
-	h.dataLen = uint32(total)
-	h.dataCRC = dataCRC(lists)
+	h.dataLen, h.flags = uint32(total), ep.dataFlags(total)
 	_, err = c.roundTrip(ctx, h, frame, lists, nil)
 	return err
 }

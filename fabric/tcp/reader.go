@@ -96,7 +96,10 @@ func (c *conn) readReply(h header) error {
 	if p.abandoned {
 		// The waiter gave up (deadline); drop the reply unread.
 		c.retire(p)
-		return c.fr.skip(uint64(h.metaLen) + uint64(h.dataLen))
+		if _, err := c.fr.br.Discard(int(h.metaLen)); err != nil {
+			return err
+		}
+		return c.fr.skipData(h)
 	}
 	err := c.fillReply(h, p)
 	if err != nil && p.err == nil {
@@ -205,7 +208,7 @@ func (c *conn) readWriteRequest(h header, w *work) error {
 	}
 	if w.err != nil {
 		// Refused: the bytes are drained unread, never stored or buffered.
-		return c.fr.skip(uint64(h.dataLen))
+		return c.fr.skipData(h)
 	}
 	defer func() {
 		releaseAll(w.spans)
@@ -278,7 +281,7 @@ func (c *conn) serve(w *work) {
 		for _, s := range w.spans {
 			data = append(data, s.B)
 		}
-		h.dataLen, h.dataCRC = uint32(w.total), dataCRC(data)
+		h.dataLen, h.flags = uint32(w.total), c.ep.dataFlags(w.total)
 		frame := c.ep.bufs.get(headerSize)
 		h.encode(frame, nil)
 		c.sendReply(frame, data)
@@ -358,7 +361,7 @@ func (c *conn) errorFrame(h header, err error) []byte {
 		msg = msg[:maxErrorMsg]
 	}
 	h.status = fabric.CodeOf(err)
-	h.metaLen, h.dataLen, h.dataCRC = uint32(len(msg)), 0, 0
+	h.metaLen, h.dataLen = uint32(len(msg)), 0
 	frame := c.ep.bufs.get(headerSize + len(msg))
 	copy(frame[headerSize:], msg)
 	h.encode(frame, frame[headerSize:])

@@ -31,7 +31,11 @@ func newTransport(t testing.TB, cfg Config) *Transport {
 }
 
 func pair(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
-	tr := newTransport(t, Config{})
+	return pairWith(t, Config{})
+}
+
+func pairWith(t *testing.T, cfg Config) (fabric.Endpoint, fabric.Endpoint) {
+	tr := newTransport(t, cfg)
 	srv, err := tr.Listen("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -48,4 +52,11 @@ func pair(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
 func TestContract(t *testing.T) {
 	fabrictest.CheckGoroutines(t)
 	fabrictest.Run(t, pair)
+}
+
+// TestContractNoDataChecksum: the same contract with payload checksums off.
+func TestContractNoDataChecksum(t *testing.T) {
+	fabrictest.Run(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
+		return pairWith(t, Config{NoDataChecksum: true})
+	})
 }

@@ -54,18 +54,28 @@ func rawConn(t *testing.T, srv fabric.Endpoint, secret []byte) (net.Conn, limits
 	return nc, lim, err
 }
 
+// encodeFrame encodes a whole frame: header, meta, data and trailer.
+func encodeFrame(h header, meta, data []byte) []byte {
+	h.metaLen, h.dataLen = uint32(len(meta)), uint32(len(data))
+	if len(data) > 0 {
+		h.flags = flagDataCRC
+	}
+	frame := make([]byte, headerSize)
+	h.encode(frame, meta)
+	frame = append(append(frame, meta...), data...)
+	if len(data) > 0 {
+		frame = binary.LittleEndian.AppendUint32(frame, dataCRC([][]byte{data}))
+	}
+	return frame
+}
+
 // callFrame encodes a call to method with body req.
 func callFrame(id uint64, method string, req proto.Message) []byte {
 	body, _ := proto.Marshal(req)
 	meta := make([]byte, 9+len(method))
 	meta[8] = byte(len(method))
 	copy(meta[9:], method)
-	meta = append(meta, body...)
-	frame := make([]byte, headerSize+len(meta))
-	h := header{typ: typeCall, id: id, metaLen: uint32(len(meta))}
-	copy(frame[headerSize:], meta)
-	h.encode(frame, meta)
-	return frame
+	return encodeFrame(header{typ: typeCall, id: id}, append(meta, body...), nil)
 }
 
 // expectClosed waits for the server to hang up on nc.
@@ -236,11 +246,9 @@ func TestCorruptDataDetected(t *testing.T) {
 				return
 			}
 			d := getDesc(meta)
-			data := bytes.Repeat([]byte{7}, int(d.n))
-			rh := header{typ: typeReadReply, id: h.id, dataLen: d.n, dataCRC: dataCRC([][]byte{data}) ^ 1}
-			hdr := make([]byte, headerSize)
-			rh.encode(hdr, nil)
-			nc.Write(append(hdr, data...))
+			frame := encodeFrame(header{typ: typeReadReply, id: h.id}, nil, bytes.Repeat([]byte{7}, int(d.n)))
+			frame[len(frame)-1] ^= 1 // corrupt the CRC trailer
+			nc.Write(frame)
 		}
 	}()
 	cli, err := newTransport(t, Config{}).Dialer("cli")
@@ -304,7 +312,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 	for i := 0; i < 3; i++ {
 		putDesc(meta[i*descSize:], desc{key: uint64(i) << 40, off: uint64(i * 7), n: uint32(i * 100)})
 	}
-	h := header{typ: typeWrite, id: 42, metaLen: uint32(len(meta)), dataLen: 300, dataCRC: 0xdeadbeef}
+	h := header{typ: typeWrite, id: 42, metaLen: uint32(len(meta)), dataLen: 300, flags: flagDataCRC}
 	b := make([]byte, headerSize)
 	h.encode(b, meta)
 	got, err := decodeHeader(b, lim)
@@ -327,6 +335,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 		{"version", func(b []byte) { b[0] = 9 }, fabric.ErrProtocol},
 		{"type", func(b []byte) { b[1] = 77 }, fabric.ErrProtocol},
 		{"reserved", func(b []byte) { b[25] = 1 }, fabric.ErrProtocol},
+		{"unknown flag", func(b []byte) { b[20] = 2 }, fabric.ErrProtocol},
 		{"meta too large", func(b []byte) { binary.LittleEndian.PutUint32(b[4:], 2<<20) }, fabric.ErrFrameTooLarge},
 		{"data too large", func(b []byte) { binary.LittleEndian.PutUint32(b[16:], maxData+1) }, fabric.ErrFrameTooLarge},
 		{"partial descriptor", func(b []byte) { binary.LittleEndian.PutUint32(b[4:], descSize+1) }, fabric.ErrProtocol},
