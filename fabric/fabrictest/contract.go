@@ -78,7 +78,7 @@ func testCall(t *testing.T, pair Pair) {
 		return wrapperspb.String("hello " + req.Value), nil
 	})
 	ctx := ctxT(t)
-	for _, n := range []int{0, 1, 64, 64 << 10, 1 << 20} {
+	for _, n := range []int{0, 1, 64, 64 << 10, 512 << 10} {
 		in := RandBytes(uint64(n), n)
 		var out wrapperspb.BytesValue
 		if err := cli.Call(ctx, srv.ID(), "echo", wrapperspb.Bytes(in), &out); err != nil {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -19,11 +20,15 @@ type Config struct {
 	// Secret is the cluster secret every connection proves in its handshake.
 	// Required.
 	Secret []byte
-	// MaxMessage bounds an RPC body this side accepts (default 4 MiB). It is
+	// MaxMessage bounds an RPC body this side accepts (default 1 MiB). It is
 	// announced to peers, which refuse to send more.
 	MaxMessage int
 	// MaxInFlight bounds the peer's requests served at once per connection
-	// (default 256). A peer that exceeds it is disconnected.
+	// (default 128). A peer that exceeds it is disconnected. Together these
+	// bound what a peer can make this side hold: at most MaxInFlight x
+	// MaxMessage bytes of request bodies per connection, and MaxConns
+	// connections. Bulk data is never buffered: it goes into registered
+	// memory or is drained.
 	MaxInFlight int
 	// ConnsPerPeer bounds the connections this side dials to one peer
 	// (default 4). Connections are added only while all existing ones are busy.
@@ -50,10 +55,10 @@ func (c *Config) setDefaults() error {
 		return errors.New("fabric/tcp: a cluster secret is required")
 	}
 	if c.MaxMessage <= 0 {
-		c.MaxMessage = 4 << 20
+		c.MaxMessage = 1 << 20
 	}
 	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 256
+		c.MaxInFlight = 128
 	}
 	if c.ConnsPerPeer <= 0 {
 		c.ConnsPerPeer = 4
@@ -122,6 +127,7 @@ func (t *Transport) newEndpoint(id fabric.NodeID) *Endpoint {
 		cancel:   cancel,
 		peers:    make(map[fabric.NodeID]*peer),
 		conns:    make(map[*conn]struct{}),
+		readers:  make(chan *conn),
 	}
 }
 
@@ -141,6 +147,9 @@ type Endpoint struct {
 	ctx    context.Context // cancelled by Close; parent of handler contexts
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // every goroutine the endpoint started
+
+	readers chan *conn   // idle workers take a connection to read here
+	idle    atomic.Int32 // idle workers
 
 	mu     sync.Mutex
 	closed bool
@@ -259,9 +268,43 @@ func (ep *Endpoint) start(c *conn) error {
 	ep.conns[c] = struct{}{}
 	p := ep.peerLocked(c.peer)
 	p.conns = append(p.conns, c)
-	ep.wg.Add(1)
-	go c.readLoop()
+	ep.startReader(c)
 	return nil
+}
+
+// maxIdleWorkers bounds the workers kept waiting for a socket to read.
+const maxIdleWorkers = 64
+
+// startReader has a worker read c: an idle one if there is one, else a new
+// one. Workers are reused because a fresh goroutine would grow its stack
+// again for every request it serves.
+func (ep *Endpoint) startReader(c *conn) {
+	select {
+	case ep.readers <- c:
+	default:
+		ep.wg.Add(1)
+		go ep.worker(c)
+	}
+}
+
+// worker reads and serves connections until the endpoint closes, keeping
+// itself for reuse while fewer than maxIdleWorkers others wait.
+func (ep *Endpoint) worker(c *conn) {
+	defer ep.wg.Done()
+	for {
+		c.readLoop()
+		if ep.idle.Add(1) > maxIdleWorkers {
+			ep.idle.Add(-1)
+			return
+		}
+		select {
+		case c = <-ep.readers:
+			ep.idle.Add(-1)
+		case <-ep.ctx.Done():
+			ep.idle.Add(-1)
+			return
+		}
+	}
 }
 
 func (ep *Endpoint) peerLocked(id fabric.NodeID) *peer {

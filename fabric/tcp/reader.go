@@ -25,12 +25,11 @@ type work struct {
 }
 
 // readLoop reads frames until the connection fails, then closes it. When it
-// reads a request of the peer's it starts another reader and serves the
-// request itself: handing on the socket rather than the request lets the
-// reply go out before the next read parks, which is most of a small
-// request's latency.
+// reads a request of the peer's it has another worker take over the socket
+// and serves the request itself: handing on the socket rather than the
+// request lets the reply go out before the next read parks, which is most
+// of a small request's latency.
 func (c *conn) readLoop() {
-	defer c.ep.wg.Done()
 	var w work
 	err := c.readFrames(&w)
 	if err == nil {
@@ -72,8 +71,7 @@ func (c *conn) readFrames(w *work) error {
 		if err != nil {
 			return err
 		}
-		c.ep.wg.Add(1)
-		go c.readLoop()
+		c.ep.startReader(c)
 		return nil
 	}
 }
