@@ -1,0 +1,32 @@
+// Command sluice is Sluice's command line: the embedded cluster, servers,
+// file and dataset tools, benchmarks and administration, one file per
+// subcommand.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "sluice:", err)
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "Sluice: a distributed file system and dataset loader for ML training",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCmd(), newBenchCmd())
+	return root
+}
