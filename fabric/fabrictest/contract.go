@@ -529,3 +529,22 @@ func CheckGoroutines(t *testing.T) {
 		}
 	})
 }
+
+// PairOn returns a Pair that listens on tr at addr and dials from a second
+// endpoint of tr, closing both when the test ends.
+func PairOn(tr func(t *testing.T) fabric.Transport, addr string) Pair {
+	return func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
+		n := tr(t)
+		srv, err := n.Listen(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		cli, err := n.Dialer("client")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cli.Close() })
+		return srv, cli
+	}
+}

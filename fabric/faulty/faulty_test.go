@@ -34,16 +34,7 @@ func listen(t *testing.T, tr fabric.Transport, addr string) fabric.Endpoint {
 // TestContract: with no rules the wrapper is transparent, over real TCP.
 func TestContract(t *testing.T) {
 	fabrictest.CheckGoroutines(t)
-	fabrictest.Run(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
-		n := New(tcpTransport(t), 1)
-		srv := listen(t, n, "127.0.0.1:0")
-		cli, err := n.Dialer("client")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cli.Close() })
-		return srv, cli
-	})
+	fabrictest.Run(t, fabrictest.PairOn(func(t *testing.T) fabric.Transport { return New(tcpTransport(t), 1) }, "127.0.0.1:0"))
 }
 
 type cluster struct {

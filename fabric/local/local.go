@@ -58,13 +58,13 @@ func (n *Network) add(name string) (*Endpoint, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ep := &Endpoint{
-		net:      n,
-		id:       id,
-		regions:  fabric.NewRegions(id),
-		handlers: make(map[string]fabric.Handler),
-		ctx:      ctx,
-		cancel:   cancel,
+		net:     n,
+		id:      id,
+		regions: fabric.NewRegions(id),
+		ctx:     ctx,
+		cancel:  cancel,
 	}
+	ep.OneSided = ep.copyOps
 	n.eps[id] = ep
 	return ep, nil
 }
@@ -85,8 +85,8 @@ type Endpoint struct {
 	id      fabric.NodeID
 	regions *fabric.Regions
 
-	hmu      sync.RWMutex
-	handlers map[string]fabric.Handler
+	fabric.Handlers
+	fabric.OneSided // Read, Write and batches, over ep.copyOps
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -98,12 +98,6 @@ type Endpoint struct {
 var _ fabric.Endpoint = (*Endpoint)(nil)
 
 func (ep *Endpoint) ID() fabric.NodeID { return ep.id }
-
-func (ep *Endpoint) Handle(method string, h fabric.Handler) {
-	ep.hmu.Lock()
-	defer ep.hmu.Unlock()
-	ep.handlers[method] = h
-}
 
 func (ep *Endpoint) RegisterMemory(buf []byte, access fabric.Access) (fabric.MR, error) {
 	return ep.regions.Register(buf, access)
@@ -203,9 +197,7 @@ func (ep *Endpoint) spawn(ctx context.Context, fn func(context.Context)) bool {
 
 // serve runs a handler and shapes its outcome as the wire would.
 func (ep *Endpoint) serve(ctx context.Context, from fabric.NodeID, method string, body []byte) (r result) {
-	ep.hmu.RLock()
-	h := ep.handlers[method]
-	ep.hmu.RUnlock()
+	h := ep.Lookup(method)
 	if h == nil {
 		return result{err: fabric.RemoteError(fabric.CodeUnknownMethod, fmt.Sprintf("%v: %q", fabric.ErrUnknownMethod, method))}
 	}
@@ -226,50 +218,12 @@ func (ep *Endpoint) serve(ctx context.Context, from fabric.NodeID, method string
 	return result{body: out}
 }
 
-// Read copies remote's bytes into local.
-func (ep *Endpoint) Read(ctx context.Context, remote fabric.RemoteBuf, local []byte) error {
-	if err := fabric.CheckOp(remote, local); err != nil {
-		return err
-	}
-	ops := [1]fabric.Op{{Remote: remote, Local: local}}
-	if err := ep.copyOps(ctx, remote.Node, ops[:], fabric.AccessRemoteRead); err != nil {
-		return fmt.Errorf("read %s: %w", remote, err)
-	}
-	return nil
-}
-
-// Write copies local into remote.
-func (ep *Endpoint) Write(ctx context.Context, local []byte, remote fabric.RemoteBuf) error {
-	if err := fabric.CheckOp(remote, local); err != nil {
-		return err
-	}
-	ops := [1]fabric.Op{{Remote: remote, Local: local}}
-	if err := ep.copyOps(ctx, remote.Node, ops[:], fabric.AccessRemoteWrite); err != nil {
-		return fmt.Errorf("write %s: %w", remote, err)
-	}
-	return nil
-}
-
-func (ep *Endpoint) ReadBatch(ctx context.Context, ops []fabric.Op) error {
-	return fabric.ForEachNode(ctx, ops, func(ctx context.Context, node fabric.NodeID, ops []fabric.Op) error {
-		if err := ep.copyOps(ctx, node, ops, fabric.AccessRemoteRead); err != nil {
-			return fmt.Errorf("read batch of %d from %s: %w", len(ops), node, err)
-		}
-		return nil
-	})
-}
-
-func (ep *Endpoint) WriteBatch(ctx context.Context, ops []fabric.Op) error {
-	return fabric.ForEachNode(ctx, ops, func(ctx context.Context, node fabric.NodeID, ops []fabric.Op) error {
-		if err := ep.copyOps(ctx, node, ops, fabric.AccessRemoteWrite); err != nil {
-			return fmt.Errorf("write batch of %d to %s: %w", len(ops), node, err)
-		}
-		return nil
-	})
-}
-
 // copyOps checks every range first, as the wire transports do, then copies.
-func (ep *Endpoint) copyOps(ctx context.Context, node fabric.NodeID, ops []fabric.Op, want fabric.Access) error {
+func (ep *Endpoint) copyOps(ctx context.Context, node fabric.NodeID, verb fabric.Verb, ops []fabric.Op) error {
+	want := fabric.AccessRemoteRead
+	if verb == fabric.VerbWrite {
+		want = fabric.AccessRemoteWrite
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

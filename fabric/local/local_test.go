@@ -7,24 +7,9 @@ import (
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 )
 
-func pair(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
-	n := NewNetwork()
-	srv, err := n.Listen("server")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	cli, err := n.Dialer("client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return srv, cli
-}
-
 func TestContract(t *testing.T) {
 	fabrictest.CheckGoroutines(t)
-	fabrictest.Run(t, pair)
+	fabrictest.Run(t, fabrictest.PairOn(func(*testing.T) fabric.Transport { return NewNetwork() }, "server"))
 }
 
 func TestNameInUse(t *testing.T) {

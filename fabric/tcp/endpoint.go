@@ -116,19 +116,20 @@ func (t *Transport) Dialer(name string) (fabric.Endpoint, error) {
 
 func (t *Transport) newEndpoint(id fabric.NodeID) *Endpoint {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Endpoint{
-		cfg:      t.cfg,
-		id:       id,
-		lim:      limits{maxMeta: uint32(t.cfg.MaxMessage), maxInFlight: uint32(t.cfg.MaxInFlight)},
-		log:      t.cfg.Logger.With("fabric", string(id)),
-		regions:  fabric.NewRegions(id),
-		handlers: make(map[string]fabric.Handler),
-		ctx:      ctx,
-		cancel:   cancel,
-		peers:    make(map[fabric.NodeID]*peer),
-		conns:    make(map[*conn]struct{}),
-		readers:  make(chan *conn),
+	ep := &Endpoint{
+		cfg:     t.cfg,
+		id:      id,
+		lim:     limits{maxMeta: uint32(t.cfg.MaxMessage), maxInFlight: uint32(t.cfg.MaxInFlight)},
+		log:     t.cfg.Logger.With("fabric", string(id)),
+		regions: fabric.NewRegions(id),
+		ctx:     ctx,
+		cancel:  cancel,
+		peers:   make(map[fabric.NodeID]*peer),
+		conns:   make(map[*conn]struct{}),
+		readers: make(chan *conn),
 	}
+	ep.OneSided = ep.oneSided
+	return ep
 }
 
 // Endpoint is a fabric endpoint over TCP.
@@ -141,8 +142,8 @@ type Endpoint struct {
 	bufs    bufPool
 	ln      net.Listener
 
-	hmu      sync.RWMutex
-	handlers map[string]fabric.Handler
+	fabric.Handlers
+	fabric.OneSided // Read, Write and batches, over ep.oneSided
 
 	ctx    context.Context // cancelled by Close; parent of handler contexts
 	cancel context.CancelFunc
@@ -173,18 +174,6 @@ func (ep *Endpoint) dataFlags(n uint64) uint8 {
 		return 0
 	}
 	return flagDataCRC
-}
-
-func (ep *Endpoint) Handle(method string, h fabric.Handler) {
-	ep.hmu.Lock()
-	defer ep.hmu.Unlock()
-	ep.handlers[method] = h
-}
-
-func (ep *Endpoint) handler(method string) fabric.Handler {
-	ep.hmu.RLock()
-	defer ep.hmu.RUnlock()
-	return ep.handlers[method]
 }
 
 func (ep *Endpoint) RegisterMemory(buf []byte, access fabric.Access) (fabric.MR, error) {

@@ -66,53 +66,13 @@ func (ep *Endpoint) call(ctx context.Context, node fabric.NodeID, method string,
 	return nil
 }
 
-// Read pulls remote into local in one round trip.
-func (ep *Endpoint) Read(ctx context.Context, remote fabric.RemoteBuf, local []byte) error {
-	if err := fabric.CheckOp(remote, local); err != nil {
-		return err
-	}
-	ops := [1]fabric.Op{{Remote: remote, Local: local}}
-	if err := ep.oneSided(ctx, remote.Node, typeRead, ops[:]); err != nil {
-		return fmt.Errorf("read %s: %w", remote, err)
-	}
-	return nil
-}
-
-// Write pushes local into remote in one round trip.
-func (ep *Endpoint) Write(ctx context.Context, local []byte, remote fabric.RemoteBuf) error {
-	if err := fabric.CheckOp(remote, local); err != nil {
-		return err
-	}
-	ops := [1]fabric.Op{{Remote: remote, Local: local}}
-	if err := ep.oneSided(ctx, remote.Node, typeWrite, ops[:]); err != nil {
-		return fmt.Errorf("write %s: %w", remote, err)
-	}
-	return nil
-}
-
-// ReadBatch pulls every op, one frame per peer.
-func (ep *Endpoint) ReadBatch(ctx context.Context, ops []fabric.Op) error {
-	return fabric.ForEachNode(ctx, ops, func(ctx context.Context, node fabric.NodeID, ops []fabric.Op) error {
-		if err := ep.oneSided(ctx, node, typeRead, ops); err != nil {
-			return fmt.Errorf("read batch of %d from %s: %w", len(ops), node, err)
-		}
-		return nil
-	})
-}
-
-// WriteBatch pushes every op, one frame per peer.
-func (ep *Endpoint) WriteBatch(ctx context.Context, ops []fabric.Op) error {
-	return fabric.ForEachNode(ctx, ops, func(ctx context.Context, node fabric.NodeID, ops []fabric.Op) error {
-		if err := ep.oneSided(ctx, node, typeWrite, ops); err != nil {
-			return fmt.Errorf("write batch of %d to %s: %w", len(ops), node, err)
-		}
-		return nil
-	})
-}
-
 // oneSided sends one Read or Write request covering ops (all to node) and
 // waits for its reply. Read data lands straight in the ops' local slices.
-func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, typ uint8, ops []fabric.Op) error {
+func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, verb fabric.Verb, ops []fabric.Op) error {
+	typ := uint8(typeRead)
+	if verb == fabric.VerbWrite {
+		typ = typeWrite
+	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -333,7 +333,7 @@ func (c *conn) runHandler(meta []byte) (resp proto.Message, err error) {
 	timeout := time.Duration(binary.LittleEndian.Uint64(meta))
 	method := string(meta[9 : 9+int(meta[8])])
 	body := meta[9+int(meta[8]):]
-	h := c.ep.handler(method)
+	h := c.ep.Lookup(method)
 	if h == nil {
 		return nil, fmt.Errorf("%w: %q", fabric.ErrUnknownMethod, method)
 	}

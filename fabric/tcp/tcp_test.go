@@ -30,33 +30,17 @@ func newTransport(t testing.TB, cfg Config) *Transport {
 	return tr
 }
 
-func pair(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
-	return pairWith(t, Config{})
-}
-
-func pairWith(t *testing.T, cfg Config) (fabric.Endpoint, fabric.Endpoint) {
-	tr := newTransport(t, cfg)
-	srv, err := tr.Listen("127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	cli, err := tr.Dialer("client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return srv, cli
+// pairWith makes contract-suite pairs over TCP loopback with cfg.
+func pairWith(cfg Config) fabrictest.Pair {
+	return fabrictest.PairOn(func(t *testing.T) fabric.Transport { return newTransport(t, cfg) }, "127.0.0.1:0")
 }
 
 func TestContract(t *testing.T) {
 	fabrictest.CheckGoroutines(t)
-	fabrictest.Run(t, pair)
+	fabrictest.Run(t, pairWith(Config{}))
 }
 
 // TestContractNoDataChecksum: the same contract with payload checksums off.
 func TestContractNoDataChecksum(t *testing.T) {
-	fabrictest.Run(t, func(t *testing.T) (fabric.Endpoint, fabric.Endpoint) {
-		return pairWith(t, Config{NoDataChecksum: true})
-	})
+	fabrictest.Run(t, pairWith(Config{NoDataChecksum: true}))
 }
