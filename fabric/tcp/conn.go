@@ -202,14 +202,15 @@ func (c *conn) writeData(head []byte, data [][]byte) error {
 	crc := uint32(0)
 	for _, d := range data {
 		for len(d) > 0 {
-			n := min(len(d), crcChunk-gathered)
+			n := len(d)
 			if check {
+				n = min(n, crcChunk-gathered)
 				crc = crc32.Update(crc, castagnoli, d[:n])
 			}
 			c.iov = append(c.iov, d[:n])
 			gathered += n
 			d = d[n:]
-			if gathered == crcChunk {
+			if check && gathered == crcChunk {
 				if err := c.flush(); err != nil {
 					return err
 				}

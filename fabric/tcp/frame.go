@@ -181,7 +181,7 @@ func (r *frameReader) meta(h header, dst []byte) error {
 // crcChunk is how much data is checksummed at a time, on both ends: small
 // enough to stay in cache between the copy and the checksum, large enough to
 // keep system calls few.
-const crcChunk = 128 << 10
+const crcChunk = 512 << 10
 
 // data reads h.dataLen bytes scattered over dsts (whose lengths sum to
 // h.dataLen) straight from the socket, then the trailer if there is one, and
