@@ -46,6 +46,11 @@ type conn struct {
 	done     chan struct{}
 }
 
+// readBuffer is the size of a connection's read buffer. It lets one read
+// system call take in several small frames; a payload bypasses it, except
+// for whatever part of its first few KiB arrived with its header.
+const readBuffer = 4 << 10
+
 // pending is one request of ours waiting for its reply. Pooled with its
 // slices, so a request allocates nothing in steady state.
 type pending struct {
@@ -80,7 +85,7 @@ func newConn(ep *Endpoint, nc net.Conn, peer fabric.NodeID, outbound bool, peerL
 		nc:       nc,
 		peer:     peer,
 		outbound: outbound,
-		fr:       frameReader{br: bufio.NewReaderSize(nc, 32<<10), lim: ep.lim},
+		fr:       frameReader{br: bufio.NewReaderSize(nc, readBuffer), lim: ep.lim},
 		peerLim:  peerLim,
 		sem:      make(chan struct{}, peerLim.maxInFlight),
 		pending:  make(map[uint64]*pending),
