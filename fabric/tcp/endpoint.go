@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fabric/internal/handshake"
 )
 
 // Config configures a Transport. Zero fields take the documented defaults.
@@ -229,7 +230,8 @@ func (ep *Endpoint) accept(nc net.Conn) {
 	setNoDelay(nc)
 	nc.SetDeadline(time.Now().Add(ep.cfg.DialTimeout))
 	stop := context.AfterFunc(ep.ctx, func() { nc.Close() })
-	id, lim, err := listenHandshake(nc, ep.cfg.Secret, ep.id, ep.lim)
+	id, wlim, err := handshake.Accept(nc, ep.cfg.Secret, ep.id, ep.lim.wire())
+	lim := fromWire(wlim)
 	stop()
 	if err != nil {
 		ep.log.Warn("fabric handshake refused", "remote", nc.RemoteAddr().String(), "err", err)
@@ -385,7 +387,8 @@ func (ep *Endpoint) dial(ctx context.Context, node fabric.NodeID) (*conn, error)
 	dl, _ := ctx.Deadline()
 	nc.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
-	id, lim, err := dialHandshake(nc, ep.cfg.Secret, ep.id, ep.lim)
+	id, wlim, err := handshake.Dial(nc, ep.cfg.Secret, ep.id, ep.lim.wire())
+	lim := fromWire(wlim)
 	stop()
 	if err != nil {
 		nc.Close()

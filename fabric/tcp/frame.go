@@ -8,6 +8,7 @@ import (
 	"io"
 
 	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fabric/internal/handshake"
 )
 
 // Frame layout (little endian), after the handshake:
@@ -83,6 +84,14 @@ type header struct {
 type limits struct {
 	maxMeta     uint32
 	maxInFlight uint32
+}
+
+func (l limits) wire() handshake.Limits {
+	return handshake.Limits{MaxMessage: l.maxMeta, MaxInFlight: l.maxInFlight}
+}
+
+func fromWire(l handshake.Limits) limits {
+	return limits{maxMeta: l.MaxMessage, maxInFlight: l.MaxInFlight}
 }
 
 func isReply(typ uint8) bool {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/fabric/internal/handshake"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -50,8 +51,8 @@ func rawConn(t *testing.T, srv fabric.Endpoint, secret []byte) (net.Conn, limits
 	}
 	t.Cleanup(func() { nc.Close() })
 	nc.SetDeadline(time.Now().Add(10 * time.Second))
-	_, lim, err := dialHandshake(nc, secret, "raw", limits{maxMeta: 1 << 20, maxInFlight: 16})
-	return nc, lim, err
+	_, lim, err := handshake.Dial(nc, secret, "raw", handshake.Limits{MaxMessage: 1 << 20, MaxInFlight: 16})
+	return nc, fromWire(lim), err
 }
 
 // encodeFrame encodes a whole frame: header, meta, data and trailer.
@@ -114,19 +115,23 @@ func TestWrongSecretRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	nonce, _ := newNonce()
-	if err := writeHello(nc, hello{id: "forger", nonce: nonce}); err != nil {
+	// hello: magic, version, id length, id, nonce.
+	hello := append([]byte("SLCF\x01\x06forger"), make([]byte, 32)...)
+	if _, err := nc.Write(hello); err != nil {
 		t.Fatal(err)
 	}
+	// answer: magic, version, id length, id, nonce, limits, MAC.
 	br := bufio.NewReader(nc)
-	if _, err := readHello(br); err != nil {
+	pre := make([]byte, 6)
+	if _, err := io.ReadFull(br, pre); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := br.Discard(8 + macSize); err != nil {
+	if _, err := br.Discard(int(pre[5]) + 32 + 8 + 32); err != nil {
 		t.Fatal(err)
 	}
-	proof := make([]byte, 8+macSize)
-	putLimits(proof, limits{maxMeta: 1 << 20, maxInFlight: 4})
+	proof := make([]byte, 8+32) // limits, then a MAC made without the secret
+	binary.LittleEndian.PutUint32(proof[0:], 1<<20)
+	binary.LittleEndian.PutUint32(proof[4:], 4)
 	msg := append(proof, callFrame(1, "count", wrapperspb.String("x"))...)
 	nc.Write(msg)
 	expectClosed(t, nc)
@@ -232,7 +237,7 @@ func TestCorruptDataDetected(t *testing.T) {
 			return
 		}
 		defer nc.Close()
-		if _, _, err := listenHandshake(nc, testSecret, fabric.NodeID(ln.Addr().String()), limits{maxMeta: 1 << 20, maxInFlight: 4}); err != nil {
+		if _, _, err := handshake.Accept(nc, testSecret, fabric.NodeID(ln.Addr().String()), handshake.Limits{MaxMessage: 1 << 20, MaxInFlight: 4}); err != nil {
 			return
 		}
 		fr := frameReader{br: bufio.NewReader(nc), lim: limits{maxMeta: 1 << 20}}
@@ -348,30 +353,6 @@ func TestHeaderRoundTrip(t *testing.T) {
 		if _, err := decodeHeader(bb, lim); !errors.Is(err, c.want) {
 			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
 		}
-	}
-}
-
-func TestHandshakeMutual(t *testing.T) {
-	a, b := net.Pipe()
-	defer a.Close()
-	defer b.Close()
-	type res struct {
-		id  fabric.NodeID
-		lim limits
-		err error
-	}
-	lc := make(chan res, 1)
-	go func() {
-		id, lim, err := listenHandshake(b, testSecret, "listener", limits{maxMeta: 1000, maxInFlight: 3})
-		lc <- res{id, lim, err}
-	}()
-	id, lim, err := dialHandshake(a, testSecret, "dialer", limits{maxMeta: 2000, maxInFlight: 5})
-	if err != nil || id != "listener" || lim != (limits{maxMeta: 1000, maxInFlight: 3}) {
-		t.Fatalf("dialer: %v %q %+v", err, id, lim)
-	}
-	r := <-lc
-	if r.err != nil || r.id != "dialer" || r.lim != (limits{maxMeta: 2000, maxInFlight: 5}) {
-		t.Fatalf("listener: %v %q %+v", r.err, r.id, r.lim)
 	}
 }
 

@@ -1,4 +1,9 @@
-package tcp
+// Package handshake authenticates a fabric connection: a mutual HMAC-SHA256
+// challenge-response over the cluster secret, which also exchanges each
+// side's identity and limits. Every fabric transport that bootstraps over a
+// stream (tcp, and verbs for its queue-pair exchange) uses it, so there is
+// one handshake to review and fuzz.
+package handshake
 
 import (
 	"crypto/hmac"
@@ -32,6 +37,13 @@ const (
 	macSize          = sha256.Size
 	maxIDLen         = 255
 )
+
+// Limits is what one side accepts from the other; each side announces its
+// own and keeps to the peer's.
+type Limits struct {
+	MaxMessage  uint32 // largest message body
+	MaxInFlight uint32 // requests in flight at once
+}
 
 type hello struct {
 	id    fabric.NodeID
@@ -79,7 +91,7 @@ func newNonce() ([nonceSize]byte, error) {
 
 type transcript struct {
 	dialer, listener       hello
-	dialerLim, listenerLim limits
+	dialerLim, listenerLim Limits
 }
 
 func (t *transcript) mac(secret []byte, role string) []byte {
@@ -98,66 +110,66 @@ func (t *transcript) mac(secret []byte, role string) []byte {
 	return m.Sum(nil)
 }
 
-func putLimits(b []byte, l limits) {
-	binary.LittleEndian.PutUint32(b[0:], l.maxMeta)
-	binary.LittleEndian.PutUint32(b[4:], l.maxInFlight)
+func putLimits(b []byte, l Limits) {
+	binary.LittleEndian.PutUint32(b[0:], l.MaxMessage)
+	binary.LittleEndian.PutUint32(b[4:], l.MaxInFlight)
 }
 
-func getLimits(b []byte) (limits, error) {
-	l := limits{maxMeta: binary.LittleEndian.Uint32(b[0:]), maxInFlight: binary.LittleEndian.Uint32(b[4:])}
-	if l.maxInFlight == 0 || l.maxMeta < 64 {
+func getLimits(b []byte) (Limits, error) {
+	l := Limits{MaxMessage: binary.LittleEndian.Uint32(b[0:]), MaxInFlight: binary.LittleEndian.Uint32(b[4:])}
+	if l.MaxInFlight == 0 || l.MaxMessage < 64 {
 		return l, fmt.Errorf("%w: peer limits %+v", fabric.ErrProtocol, l)
 	}
 	return l, nil
 }
 
-// dialHandshake runs the dialer's side. It returns the listener's identity
+// Dial runs the dialer's side. It returns the listener's identity
 // and limits once the listener has proved it knows the secret.
-func dialHandshake(rw io.ReadWriter, secret []byte, self fabric.NodeID, lim limits) (fabric.NodeID, limits, error) {
+func Dial(rw io.ReadWriter, secret []byte, self fabric.NodeID, lim Limits) (fabric.NodeID, Limits, error) {
 	t := transcript{dialerLim: lim}
 	var err error
 	t.dialer.id = self
 	if t.dialer.nonce, err = newNonce(); err != nil {
-		return "", limits{}, err
+		return "", Limits{}, err
 	}
 	if err := writeHello(rw, t.dialer); err != nil {
-		return "", limits{}, fmt.Errorf("handshake: send hello: %w", err)
+		return "", Limits{}, fmt.Errorf("handshake: send hello: %w", err)
 	}
 	if t.listener, err = readHello(rw); err != nil {
-		return "", limits{}, err
+		return "", Limits{}, err
 	}
 	var rest [8 + macSize]byte
 	if _, err := io.ReadFull(rw, rest[:]); err != nil {
-		return "", limits{}, fmt.Errorf("handshake: read answer: %w", err)
+		return "", Limits{}, fmt.Errorf("handshake: read answer: %w", err)
 	}
 	if t.listenerLim, err = getLimits(rest[:8]); err != nil {
-		return "", limits{}, err
+		return "", Limits{}, err
 	}
 	answerT := t
-	answerT.dialerLim = limits{} // the listener answers before it knows them
+	answerT.dialerLim = Limits{} // the listener answers before it knows them
 	if !hmac.Equal(rest[8:], answerT.mac(secret, "sluice-listener")) {
-		return "", limits{}, fmt.Errorf("%w: listener %s does not know the cluster secret", fabric.ErrAuth, t.listener.id)
+		return "", Limits{}, fmt.Errorf("%w: listener %s does not know the cluster secret", fabric.ErrAuth, t.listener.id)
 	}
 	var proof [8 + macSize]byte
 	putLimits(proof[:8], lim)
 	copy(proof[8:], t.mac(secret, "sluice-dialer"))
 	if _, err := rw.Write(proof[:]); err != nil {
-		return "", limits{}, fmt.Errorf("handshake: send proof: %w", err)
+		return "", Limits{}, fmt.Errorf("handshake: send proof: %w", err)
 	}
 	return t.listener.id, t.listenerLim, nil
 }
 
-// listenHandshake runs the listener's side. It returns the dialer's identity
+// Accept runs the listener's side. It returns the dialer's identity
 // and limits only once the dialer has proved it knows the secret.
-func listenHandshake(rw io.ReadWriter, secret []byte, self fabric.NodeID, lim limits) (fabric.NodeID, limits, error) {
+func Accept(rw io.ReadWriter, secret []byte, self fabric.NodeID, lim Limits) (fabric.NodeID, Limits, error) {
 	t := transcript{listenerLim: lim}
 	var err error
 	if t.dialer, err = readHello(rw); err != nil {
-		return "", limits{}, err
+		return "", Limits{}, err
 	}
 	t.listener.id = self
 	if t.listener.nonce, err = newNonce(); err != nil {
-		return "", limits{}, err
+		return "", Limits{}, err
 	}
 	// The dialer's limits are part of the transcript but only arrive with its
 	// proof, so the listener's MAC covers the listener's side alone.
@@ -165,24 +177,24 @@ func listenHandshake(rw io.ReadWriter, secret []byte, self fabric.NodeID, lim li
 	var buf []byte
 	w := &sliceWriter{&buf}
 	if err := writeHello(w, t.listener); err != nil {
-		return "", limits{}, err
+		return "", Limits{}, err
 	}
 	var tail [8]byte
 	putLimits(tail[:], lim)
 	buf = append(buf, tail[:]...)
 	buf = append(buf, answerT.mac(secret, "sluice-listener")...)
 	if _, err := rw.Write(buf); err != nil {
-		return "", limits{}, fmt.Errorf("handshake: send answer: %w", err)
+		return "", Limits{}, fmt.Errorf("handshake: send answer: %w", err)
 	}
 	var proof [8 + macSize]byte
 	if _, err := io.ReadFull(rw, proof[:]); err != nil {
-		return "", limits{}, fmt.Errorf("handshake: read proof: %w", err)
+		return "", Limits{}, fmt.Errorf("handshake: read proof: %w", err)
 	}
 	if t.dialerLim, err = getLimits(proof[:8]); err != nil {
-		return "", limits{}, err
+		return "", Limits{}, err
 	}
 	if !hmac.Equal(proof[8:], t.mac(secret, "sluice-dialer")) {
-		return "", limits{}, fmt.Errorf("%w: dialer %q does not know the cluster secret", fabric.ErrAuth, t.dialer.id)
+		return "", Limits{}, fmt.Errorf("%w: dialer %q does not know the cluster secret", fabric.ErrAuth, t.dialer.id)
 	}
 	return t.dialer.id, t.dialerLim, nil
 }
