@@ -43,21 +43,28 @@ func NewRegions(node NodeID) *Regions {
 	return &Regions{node: node, live: make(map[uint32]*region), next: 1}
 }
 
-// Register adds buf to the table.
+// Register adds buf to the table under a random tag.
 func (t *Regions) Register(buf []byte, access Access) (MR, error) {
-	if access&^AccessRemoteReadWrite != 0 {
-		return nil, fmt.Errorf("register memory: invalid access %v", access)
-	}
 	var b [4]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, fmt.Errorf("register memory: key: %w", err)
+	}
+	return t.RegisterTagged(buf, access, binary.LittleEndian.Uint32(b[:]))
+}
+
+// RegisterTagged adds buf to the table under a tag the caller chose: a
+// hardware transport passes the NIC's remote key, so that one 64-bit key
+// carries both what the NIC checks and what the table tracks.
+func (t *Regions) RegisterTagged(buf []byte, access Access, tag uint32) (MR, error) {
+	if access&^AccessRemoteReadWrite != 0 {
+		return nil, fmt.Errorf("register memory: invalid access %v", access)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.next == 0 {
 		return nil, fmt.Errorf("register memory: region indexes exhausted")
 	}
-	r := &region{table: t, index: t.next, tag: binary.LittleEndian.Uint32(b[:]), buf: buf, access: access}
+	r := &region{table: t, index: t.next, tag: tag, buf: buf, access: access}
 	t.next++
 	t.live[r.index] = r
 	return r, nil

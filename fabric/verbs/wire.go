@@ -3,6 +3,7 @@ package verbs
 import (
 	"encoding/binary"
 	"fmt"
+	"io"
 
 	"github.com/sluicefs/sluice/fabric"
 )
@@ -156,3 +157,20 @@ func callBody(b []byte) (string, []byte, error) {
 // (which the owner uses to tell a revoked key from an unknown one).
 func makeKey(rkey, index uint32) uint64 { return uint64(rkey)<<32 | uint64(index) }
 func rkeyOf(key uint64) uint32          { return uint32(key >> 32) }
+
+// exchange sends local's parameters and reads the peer's, length-prefixed.
+func exchange(rw io.ReadWriter, local qpInfo) (qpInfo, error) {
+	b := local.marshal()
+	if _, err := rw.Write(append([]byte{byte(len(b))}, b...)); err != nil {
+		return qpInfo{}, fmt.Errorf("send queue-pair info: %w", err)
+	}
+	var n [1]byte
+	if _, err := io.ReadFull(rw, n[:]); err != nil {
+		return qpInfo{}, fmt.Errorf("read queue-pair info: %w", err)
+	}
+	rb := make([]byte, n[0])
+	if _, err := io.ReadFull(rw, rb); err != nil {
+		return qpInfo{}, fmt.Errorf("read queue-pair info: %w", err)
+	}
+	return parseQPInfo(rb)
+}

@@ -2,6 +2,7 @@ package verbs
 
 import (
 	"errors"
+	"net"
 	"testing"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -100,4 +101,55 @@ func TestKeys(t *testing.T) {
 	if rkeyOf(k) != 0xdeadbeef || uint32(k) != 42 {
 		t.Fatalf("key %#x", k)
 	}
+}
+
+// TestExchange: both ends of a bootstrap connection learn each other's
+// queue-pair parameters; garbage is refused.
+func TestExchange(t *testing.T) {
+	a, b := tcpPair(t)
+	qa, qb := validQP(), validQP()
+	qb.QPN, qb.SendCredits = 0x999, 8
+	got := make(chan qpInfo, 1)
+	go func() {
+		q, err := exchange(b, qb)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- q
+	}()
+	q, err := exchange(a, qa)
+	if err != nil || q != qb {
+		t.Fatalf("dialer got %+v, %v; want %+v", q, err, qb)
+	}
+	if q := <-got; q != qa {
+		t.Fatalf("listener got %+v, want %+v", q, qa)
+	}
+
+	c, d := tcpPair(t)
+	d.Write([]byte{3, 'a', 'b', 'c'})
+	if _, err := exchange(c, qa); !errors.Is(err, fabric.ErrProtocol) {
+		t.Fatalf("garbage queue-pair info: %v, want ErrProtocol", err)
+	}
+}
+
+// tcpPair returns two ends of a loopback TCP connection (buffered, unlike
+// net.Pipe, as the bootstrap connection is).
+func tcpPair(t *testing.T) (net.Conn, net.Conn) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	acc := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		acc <- c
+	}()
+	a, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := <-acc
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
 }
