@@ -1,0 +1,455 @@
+package storage
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/klauspost/compress/s2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicefs/sluice/proto/storagepb"
+)
+
+// ChunkID names chunk Index of file Inode.
+type ChunkID struct {
+	Inode uint64
+	Index uint32
+}
+
+func (c ChunkID) String() string { return fmt.Sprintf("%d:%d", c.Inode, c.Index) }
+
+// key is the chunk's metadata key: big-endian, so one file's chunks sort
+// together and in order.
+func (c ChunkID) key() []byte {
+	k := make([]byte, 13)
+	k[0] = 'c'
+	binary.BigEndian.PutUint64(k[1:], c.Inode)
+	binary.BigEndian.PutUint32(k[9:], c.Index)
+	return k
+}
+
+func chunkFromKey(k []byte) (ChunkID, bool) {
+	if len(k) != 13 || k[0] != 'c' {
+		return ChunkID{}, false
+	}
+	return ChunkID{Inode: binary.BigEndian.Uint64(k[1:]), Index: binary.BigEndian.Uint32(k[9:])}, true
+}
+
+// Proto converts to the wire form.
+func (c ChunkID) Proto() *storagepb.ChunkID { return &storagepb.ChunkID{Inode: c.Inode, Index: c.Index} }
+
+// ChunkFromProto converts from the wire form.
+func ChunkFromProto(p *storagepb.ChunkID) ChunkID {
+	return ChunkID{Inode: p.GetInode(), Index: p.GetIndex()}
+}
+
+func (c ChunkID) fileName(ver uint64) string {
+	return fmt.Sprintf("%016x-%08x.%d", c.Inode, c.Index, ver)
+}
+
+func parseFileName(name string) (ChunkID, uint64, bool) {
+	base, verS, ok := strings.Cut(name, ".")
+	if !ok || len(base) != 25 || base[16] != '-' {
+		return ChunkID{}, 0, false
+	}
+	ino, err1 := strconv.ParseUint(base[:16], 16, 64)
+	idx, err2 := strconv.ParseUint(base[17:], 16, 32)
+	ver, err3 := strconv.ParseUint(verS, 10, 64)
+	if err1 != nil || err2 != nil || err3 != nil {
+		return ChunkID{}, 0, false
+	}
+	return ChunkID{Inode: ino, Index: uint32(idx)}, ver, true
+}
+
+const blockSize = 64 << 10
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC is the CRC32C that chunk data is checked with everywhere.
+func CRC(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// EngineConfig configures a chunk engine. Zero fields take the defaults.
+type EngineConfig struct {
+	// Dir is the target's directory: metadata in Dir/meta (Pebble), chunk
+	// data in Dir/chunks.
+	Dir string
+	// FS carries chunk-data I/O (default OSFS).
+	FS FS
+	// Compress stores a chunk s2-compressed when that saves an eighth or more.
+	Compress bool
+	// MaxChunkSize bounds a chunk (default 4 MiB).
+	MaxChunkSize int
+}
+
+// Engine stores one target's chunks. See the package doc for what is synced
+// and why. Safe for concurrent use; updates to one chunk are serialized.
+type Engine struct {
+	cfg    EngineConfig
+	fs     FS
+	chunks string
+	db     *pebble.DB
+	locks  [64]sync.Mutex
+}
+
+// OpenEngine opens (or creates) the target in cfg.Dir and removes chunk
+// files that no metadata refers to: leftovers of writes a crash cut short.
+func OpenEngine(cfg EngineConfig) (*Engine, error) {
+	if cfg.FS == nil {
+		cfg.FS = OSFS{}
+	}
+	if cfg.MaxChunkSize <= 0 {
+		cfg.MaxChunkSize = 4 << 20
+	}
+	e := &Engine{cfg: cfg, fs: cfg.FS, chunks: join(cfg.Dir, "chunks")}
+	if err := e.fs.MkdirAll(e.chunks); err != nil {
+		return nil, fmt.Errorf("open target %s: %w", cfg.Dir, err)
+	}
+	db, err := pebble.Open(join(cfg.Dir, "meta"), &pebble.Options{Logger: quietLogger{}})
+	if err != nil {
+		return nil, fmt.Errorf("open target %s metadata: %w", cfg.Dir, err)
+	}
+	e.db = db
+	if err := e.removeOrphans(); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// Close closes the metadata store.
+func (e *Engine) Close() error { return e.db.Close() }
+
+func (e *Engine) lock(id ChunkID) *sync.Mutex {
+	h := fnv.New32a()
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:], id.Inode)
+	binary.LittleEndian.PutUint32(b[8:], id.Index)
+	h.Write(b[:])
+	return &e.locks[h.Sum32()%uint32(len(e.locks))]
+}
+
+func (e *Engine) removeOrphans() error {
+	names, err := e.fs.List(e.chunks)
+	if err != nil {
+		return fmt.Errorf("list chunks: %w", err)
+	}
+	for _, name := range names {
+		id, ver, ok := parseFileName(name)
+		if !ok {
+			continue
+		}
+		m, err := e.Meta(id)
+		if err != nil {
+			return err
+		}
+		if m.GetCommitted().GetVer() == ver || m.GetPending().GetVer() == ver {
+			continue
+		}
+		if err := e.fs.Remove(join(e.chunks, name)); err != nil && !isNotExist(err) {
+			return fmt.Errorf("remove orphan chunk file %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Meta returns the chunk's record; an empty one if the chunk is unknown.
+func (e *Engine) Meta(id ChunkID) (*storagepb.ChunkMeta, error) {
+	v, closer, err := e.db.Get(id.key())
+	if errors.Is(err, pebble.ErrNotFound) {
+		return &storagepb.ChunkMeta{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chunk %v metadata: %w", id, err)
+	}
+	defer closer.Close()
+	m := &storagepb.ChunkMeta{}
+	if err := proto.Unmarshal(v, m); err != nil {
+		return nil, fmt.Errorf("chunk %v metadata: %w", id, err)
+	}
+	return m, nil
+}
+
+func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta) error {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := e.db.Set(id.key(), b, pebble.Sync); err != nil {
+		return fmt.Errorf("chunk %v metadata: %w", id, err)
+	}
+	return nil
+}
+
+// Prepare stores version ver of the chunk as its pending version: data at
+// off over the committed content (or, with full, data as the whole content).
+// It is durable when Prepare returns. Preparing the same version again
+// replaces it (a retried forward); preparing a version at or below the
+// committed one is refused with ErrVersion.
+func (e *Engine) Prepare(id ChunkID, ver uint64, off uint32, data []byte, full bool, chainVer uint64) (*storagepb.Version, error) {
+	if uint64(off)+uint64(len(data)) > uint64(e.cfg.MaxChunkSize) {
+		return nil, fmt.Errorf("chunk %v: write to %d: %w (%d)", id, uint64(off)+uint64(len(data)), ErrTooLarge, e.cfg.MaxChunkSize)
+	}
+	mu := e.lock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	m, err := e.Meta(id)
+	if err != nil {
+		return nil, err
+	}
+	if c := m.GetCommitted(); c != nil && ver <= c.Ver {
+		return nil, fmt.Errorf("chunk %v: prepare version %d, committed %d: %w", id, ver, c.Ver, ErrVersion)
+	}
+	content := data
+	if !full {
+		base, err := e.content(id, m.GetCommitted())
+		if err != nil {
+			return nil, err
+		}
+		end := max(len(base), int(off)+len(data))
+		content = make([]byte, end)
+		copy(content, base)
+		copy(content[off:], data)
+	}
+	v := &storagepb.Version{Ver: ver, Length: uint32(len(content)), Crc: CRC(content)}
+	for b := 0; b < len(content); b += blockSize {
+		v.BlockCrcs = append(v.BlockCrcs, CRC(content[b:min(b+blockSize, len(content))]))
+	}
+	stored := content
+	if e.cfg.Compress && len(content) > 0 {
+		if enc := s2.Encode(nil, content); len(enc) <= len(content)-len(content)/8 {
+			stored, v.Compressed = enc, true
+		}
+	}
+	v.Stored = uint32(len(stored))
+	if err := e.writeFile(id, ver, stored); err != nil {
+		return nil, err
+	}
+	old := m.GetPending()
+	m.Pending, m.ChainVer = v, chainVer
+	if err := e.putMeta(id, m); err != nil {
+		e.fs.Remove(join(e.chunks, id.fileName(ver)))
+		return nil, err
+	}
+	if old != nil && old.Ver != ver {
+		e.fs.Remove(join(e.chunks, id.fileName(old.Ver)))
+	}
+	return v, nil
+}
+
+// writeFile writes a version's file and syncs it.
+func (e *Engine) writeFile(id ChunkID, ver uint64, b []byte) error {
+	name := join(e.chunks, id.fileName(ver))
+	f, err := e.fs.Create(name)
+	if err != nil {
+		return diskError(id, err)
+	}
+	_, err = f.WriteAt(b, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		e.fs.Remove(name)
+		return diskError(id, err)
+	}
+	return nil
+}
+
+func diskError(id ChunkID, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return fmt.Errorf("chunk %v: %w: %v", id, ErrNoSpace, err)
+	}
+	return fmt.Errorf("chunk %v: %w", id, err)
+}
+
+// Commit makes version ver, prepared before, the committed one. Committing
+// a version already committed (or superseded) is a no-op.
+func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
+	mu := e.lock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	m, err := e.Meta(id)
+	if err != nil {
+		return nil, err
+	}
+	if c := m.GetCommitted(); c != nil && c.Ver >= ver {
+		return c, nil
+	}
+	p := m.GetPending()
+	if p == nil || p.Ver != ver {
+		return nil, fmt.Errorf("chunk %v: commit %d, pending %d: %w", id, ver, p.GetVer(), ErrVersion)
+	}
+	old := m.GetCommitted()
+	m.Committed, m.Pending = p, nil
+	if err := e.putMeta(id, m); err != nil {
+		return nil, err
+	}
+	if old != nil {
+		e.fs.Remove(join(e.chunks, id.fileName(old.Ver)))
+	}
+	return p, nil
+}
+
+// content returns all of version v's bytes, checked (nil v: none).
+func (e *Engine) content(id ChunkID, v *storagepb.Version) ([]byte, error) {
+	if v == nil {
+		return nil, nil
+	}
+	buf := make([]byte, v.Length)
+	if _, err := e.readVersion(id, v, 0, buf); err != nil {
+		return nil, err
+	}
+	return buf, nil
+}
+
+// Read reads the committed content at off into dst and returns how many
+// bytes there were (fewer than len(dst) at the end of the chunk) and the
+// version read. A chunk never committed is ErrNotFound.
+func (e *Engine) Read(id ChunkID, off uint32, dst []byte) (int, *storagepb.Version, error) {
+	return e.ReadVersion(id, 0, off, dst)
+}
+
+// ReadVersion is Read of version ver (committed or pending; 0: committed).
+func (e *Engine) ReadVersion(id ChunkID, ver uint64, off uint32, dst []byte) (int, *storagepb.Version, error) {
+	for attempt := 0; ; attempt++ {
+		m, err := e.Meta(id)
+		if err != nil {
+			return 0, nil, err
+		}
+		v := m.GetCommitted()
+		if ver != 0 && v.GetVer() != ver {
+			v = m.GetPending()
+			if v.GetVer() != ver {
+				return 0, nil, fmt.Errorf("chunk %v version %d: %w", id, ver, ErrVersion)
+			}
+		}
+		if v == nil {
+			return 0, nil, fmt.Errorf("chunk %v: %w", id, ErrNotFound)
+		}
+		n, err := e.readVersion(id, v, off, dst)
+		if isNotExist(err) && attempt < 3 {
+			continue // a commit replaced the version between lookup and open
+		}
+		return n, v, err
+	}
+}
+
+// readVersion reads version v's bytes at off into dst, checking every block
+// it touches; a mismatch is ErrChecksum, never data.
+func (e *Engine) readVersion(id ChunkID, v *storagepb.Version, off uint32, dst []byte) (int, error) {
+	if off >= v.Length {
+		return 0, nil
+	}
+	n := min(len(dst), int(v.Length-off))
+	f, err := e.fs.Open(join(e.chunks, id.fileName(v.Ver)))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	if v.Compressed {
+		enc := make([]byte, v.Stored)
+		if _, err := f.ReadAt(enc, 0); err != nil {
+			return 0, diskError(id, err)
+		}
+		all, err := s2.Decode(nil, enc)
+		if err != nil || len(all) != int(v.Length) {
+			return 0, fmt.Errorf("chunk %v version %d: %w: undecodable", id, v.Ver, ErrChecksum)
+		}
+		if err := checkBlocks(id, v, all, 0, v.Length); err != nil {
+			return 0, err
+		}
+		return copy(dst[:n], all[off:]), nil
+	}
+	// Read whole blocks so each can be checked; straight into dst when the
+	// range is block-aligned.
+	first := off / blockSize * blockSize
+	last := min(v.Length, (off+uint32(n)+blockSize-1)/blockSize*blockSize)
+	buf := dst[:n]
+	if first != off || last != off+uint32(n) {
+		buf = make([]byte, last-first)
+	}
+	if _, err := f.ReadAt(buf, int64(first)); err != nil {
+		return 0, diskError(id, err)
+	}
+	if err := checkBlocks(id, v, buf, first, last); err != nil {
+		return 0, err
+	}
+	if first != off || last != off+uint32(n) {
+		copy(dst[:n], buf[off-first:])
+	}
+	return n, nil
+}
+
+// checkBlocks verifies the blocks of v held in buf, which covers [from, to).
+func checkBlocks(id ChunkID, v *storagepb.Version, buf []byte, from, to uint32) error {
+	for b := from; b < to; b += blockSize {
+		i := b / blockSize
+		end := min(b+blockSize, to)
+		if int(i) >= len(v.BlockCrcs) || CRC(buf[b-from:end-from]) != v.BlockCrcs[i] {
+			return fmt.Errorf("chunk %v version %d block %d: %w", id, v.Ver, i, ErrChecksum)
+		}
+	}
+	return nil
+}
+
+// Chunks calls fn for every chunk in ID order until fn returns false.
+func (e *Engine) Chunks(fn func(ChunkID, *storagepb.ChunkMeta) bool) error {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'c'}, UpperBound: []byte{'d'}})
+	if err != nil {
+		return err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		id, ok := chunkFromKey(it.Key())
+		if !ok {
+			continue
+		}
+		m := &storagepb.ChunkMeta{}
+		if err := proto.Unmarshal(it.Value(), m); err != nil {
+			return fmt.Errorf("chunk %v metadata: %w", id, err)
+		}
+		if !fn(id, m) {
+			break
+		}
+	}
+	return it.Error()
+}
+
+// Remove deletes a chunk: metadata first, then its files.
+func (e *Engine) Remove(id ChunkID) error {
+	mu := e.lock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	m, err := e.Meta(id)
+	if err != nil {
+		return err
+	}
+	if err := e.db.Delete(id.key(), pebble.Sync); err != nil {
+		return fmt.Errorf("chunk %v metadata: %w", id, err)
+	}
+	for _, v := range []*storagepb.Version{m.GetCommitted(), m.GetPending()} {
+		if v != nil {
+			e.fs.Remove(join(e.chunks, id.fileName(v.Ver)))
+		}
+	}
+	return nil
+}
+
+// quietLogger keeps Pebble's informational chatter out of our logs.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any)  {}
+func (quietLogger) Errorf(string, ...any) {}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
