@@ -81,7 +81,7 @@ func (c *credits) available() int {
 // never stalls for lack of credits while we have nothing to say.
 type creditReturn struct {
 	mu        sync.Mutex
-	owed      int
+	owedN     int
 	threshold int
 }
 
@@ -94,15 +94,22 @@ func newCreditReturn(granted int) *creditReturn {
 func (r *creditReturn) consumed() bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.owed++
-	return r.owed >= r.threshold
+	r.owedN++
+	return r.owedN >= r.threshold
+}
+
+// owed reports the credits not yet handed back.
+func (r *creditReturn) owed() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.owedN
 }
 
 // take returns the credits owed (at most what a header carries) and resets.
 func (r *creditReturn) take() uint16 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := min(r.owed, 0xffff)
-	r.owed -= n
+	n := min(r.owedN, 0xffff)
+	r.owedN -= n
 	return uint16(n)
 }

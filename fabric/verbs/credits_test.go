@@ -90,6 +90,9 @@ func TestCreditReturn(t *testing.T) {
 	if !r.consumed() {
 		t.Fatal("no credit message after half the grant")
 	}
+	if r.owed() != 4 {
+		t.Fatalf("owed %d, want 4", r.owed())
+	}
 	if n := r.take(); n != 4 {
 		t.Fatalf("took %d credits, want 4", n)
 	}

@@ -70,14 +70,14 @@ static int sl_qp_init(struct ibv_qp *qp, int port) {
 }
 
 static int sl_qp_rtr(struct ibv_qp *qp, int port, int mtu, uint32_t dqpn, uint32_t rpsn,
-                     uint16_t dlid, const uint8_t *dgid, int gid_index, int rd_atomic) {
+                     uint16_t dlid, const uint8_t *dgid, int gid_index, int dest_rd_atomic) {
 	struct ibv_qp_attr a;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = mtu;
 	a.dest_qp_num = dqpn;
 	a.rq_psn = rpsn;
-	a.max_dest_rd_atomic = rd_atomic;
+	a.max_dest_rd_atomic = dest_rd_atomic;
 	a.min_rnr_timer = 12;
 	a.ah_attr.dlid = dlid;
 	a.ah_attr.port_num = port;
@@ -87,7 +87,7 @@ static int sl_qp_rtr(struct ibv_qp *qp, int port, int mtu, uint32_t dqpn, uint32
 		a.ah_attr.is_global = 1;
 		memcpy(a.ah_attr.grh.dgid.raw, dgid, 16);
 		a.ah_attr.grh.sgid_index = gid_index;
-		a.ah_attr.grh.hop_limit = 1;
+		a.ah_attr.grh.hop_limit = 64;
 	}
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
 	                     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
@@ -119,9 +119,28 @@ static int sl_port(struct ibv_context *ctx, int port, uint16_t *lid, int *mtu, i
 	return 0;
 }
 
-static struct ibv_mr *sl_reg(struct ibv_pd *pd, void *addr, size_t len, int access) {
-	// Zero-based: a peer addresses the region by offset.
-	return ibv_reg_mr_iova(pd, addr, len, 0, access);
+// sl_reg registers memory. zero_based regions are addressed by offset, by
+// peers and in local scatter entries alike; the others by virtual address.
+static struct ibv_mr *sl_reg(struct ibv_pd *pd, void *addr, size_t len, int access, int zero_based) {
+	if (zero_based) return ibv_reg_mr_iova(pd, addr, len, 0, access);
+	return ibv_reg_mr(pd, addr, len, access);
+}
+
+static int sl_caps(struct ibv_context *ctx, int *max_rd, int *max_init_rd, int *max_qp_wr) {
+	struct ibv_device_attr a;
+	int rc = ibv_query_device(ctx, &a);
+	if (rc) return rc;
+	*max_rd = a.max_qp_rd_atom;
+	*max_init_rd = a.max_qp_init_rd_atom;
+	*max_qp_wr = a.max_qp_wr;
+	return 0;
+}
+
+static int sl_qp_err(struct ibv_qp *qp) {
+	struct ibv_qp_attr a;
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_ERR;
+	return ibv_modify_qp(qp, &a, IBV_QP_STATE);
 }
 
 static int sl_post_recv(struct ibv_srq *srq, uint64_t wr_id, void *addr, uint32_t len, uint32_t lkey) {
@@ -149,8 +168,9 @@ static int sl_post_send(struct ibv_qp *qp, uint64_t wr_id, void *addr, uint32_t 
 // completion reports the whole chain, and an error in any flushes the rest.
 static int sl_post_rdma(struct ibv_qp *qp, uint64_t wr_id, int write, int n, uint64_t *laddr,
                         uint32_t *len, uint32_t *lkey, uint64_t *raddr, uint32_t *rkey) {
-	struct ibv_sge sge[n];
-	struct ibv_send_wr wr[n];
+	struct ibv_sge sge[64];
+	struct ibv_send_wr wr[64];
+	if (n < 1 || n > 64) return EINVAL;
 	memset(wr, 0, sizeof(struct ibv_send_wr) * n);
 	for (int i = 0; i < n; i++) {
 		sge[i].addr = laddr[i];
@@ -170,24 +190,28 @@ static int sl_post_rdma(struct ibv_qp *qp, uint64_t wr_id, int write, int n, uin
 }
 
 // sl_poll drains up to n completions in one call.
+// sl_poll drains up to n completions in one call. Only wr_id, status,
+// qp_num (and byte_len on success) are valid on every completion, so the
+// kind of request is told by wr_id, not opcode.
 static int sl_poll(struct ibv_cq *cq, int n, uint64_t *wr_id, int *status, uint32_t *byte_len,
-                   uint32_t *qp_num, int *is_recv) {
-	struct ibv_wc wc[n];
+                   uint32_t *qp_num) {
+	struct ibv_wc wc[64];
+	if (n > 64) n = 64;
 	int got = ibv_poll_cq(cq, n, wc);
 	for (int i = 0; i < got; i++) {
 		wr_id[i] = wc[i].wr_id;
 		status[i] = wc[i].status;
 		byte_len[i] = wc[i].byte_len;
 		qp_num[i] = wc[i].qp_num;
-		is_recv[i] = (wc[i].opcode & IBV_WC_RECV) != 0;
 	}
 	return got;
 }
 
-// sl_wait arms the CQ and waits up to timeout_ms for a completion event.
+static int sl_arm(struct ibv_cq *cq) { return ibv_req_notify_cq(cq, 0); }
+
+// sl_block waits up to timeout_ms for a completion event on an armed CQ.
 // It returns 1 on an event, 0 on timeout, -1 on error.
-static int sl_wait(struct ibv_comp_channel *ch, struct ibv_cq *cq, int timeout_ms) {
-	if (ibv_req_notify_cq(cq, 0)) return -1;
+static int sl_block(struct ibv_comp_channel *ch, int timeout_ms) {
 	struct pollfd p = {.fd = ch->fd, .events = POLLIN};
 	int rc = poll(&p, 1, timeout_ms);
 	if (rc <= 0) return rc < 0 && errno != EINTR ? -1 : 0;
@@ -286,20 +310,50 @@ func (d *device) close() {
 
 // memoryRegion is an ibv_mr over memory from AllocMemory.
 type memoryRegion struct {
-	mr  *C.struct_ibv_mr
-	buf []byte
+	mr        *C.struct_ibv_mr
+	buf       []byte
+	zeroBased bool
 }
 
-func (d *device) register(buf []byte, remote bool) (*memoryRegion, error) {
+// register registers buf. Regions peers address (remote access) are
+// zero-based, so a RemoteBuf's offset is the remote address; the
+// transport's own buffers are addressed by virtual address.
+func (d *device) register(buf []byte, remoteRead, remoteWrite bool) (*memoryRegion, error) {
 	access := C.int(C.IBV_ACCESS_LOCAL_WRITE)
-	if remote {
-		access |= C.IBV_ACCESS_REMOTE_READ | C.IBV_ACCESS_REMOTE_WRITE
+	if remoteRead {
+		access |= C.IBV_ACCESS_REMOTE_READ
 	}
-	mr := C.sl_reg(d.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), access)
+	if remoteWrite {
+		access |= C.IBV_ACCESS_REMOTE_WRITE
+	}
+	zero := remoteRead || remoteWrite
+	z := C.int(0)
+	if zero {
+		z = 1
+	}
+	mr := C.sl_reg(d.pd, unsafe.Pointer(&buf[0]), C.size_t(len(buf)), access, z)
 	if mr == nil {
 		return nil, fmt.Errorf("verbs: register %d bytes on %s: ibv_reg_mr failed (is ulimit -l high enough?)", len(buf), d.name)
 	}
-	return &memoryRegion{mr: mr, buf: buf}, nil
+	return &memoryRegion{mr: mr, buf: buf, zeroBased: zero}, nil
+}
+
+// localAddr is the address a scatter entry uses for b, which lies in m.
+func (m *memoryRegion) localAddr(b []byte) uintptr {
+	if m.zeroBased {
+		return addrOf(b) - addrOf(m.buf)
+	}
+	return addrOf(b)
+}
+
+// caps returns the device's limits on RDMA READs in flight per queue pair
+// (as responder and as initiator) and on work requests per queue.
+func (d *device) caps() (maxRd, maxInitRd, maxWR int, err error) {
+	var a, b, c C.int
+	if rc := C.sl_caps(d.ctx, &a, &b, &c); rc != 0 {
+		return 0, 0, 0, fmt.Errorf("verbs: query device %s: %w", d.name, syscall.Errno(rc))
+	}
+	return int(a), int(b), int(c), nil
 }
 
 func (m *memoryRegion) lkey() uint32 { return uint32(m.mr.lkey) }
@@ -332,14 +386,16 @@ func (d *device) createQP(sendDepth int) (*queuePair, error) {
 
 func (q *queuePair) num() uint32 { return uint32(q.qp.qp_num) }
 
-// connect moves the queue pair INIT -> RTR -> RTS towards the peer.
-func (q *queuePair) connect(d *device, local, remote qpInfo, rdAtomic int) error {
+// connect moves the queue pair INIT -> RTR -> RTS towards the peer. We
+// accept local.OneSided READs from the peer (responder depth) and issue at
+// most as many as the peer accepts (initiator depth).
+func (q *queuePair) connect(d *device, local, remote qpInfo) error {
 	mtu := min(local.MTU, remote.MTU)
 	if rc := C.sl_qp_rtr(q.qp, C.int(d.port), C.int(mtu), C.uint32_t(remote.QPN), C.uint32_t(remote.PSN),
-		C.uint16_t(remote.LID), (*C.uint8_t)(unsafe.Pointer(&remote.GID[0])), C.int(d.gidIdx), C.int(rdAtomic)); rc != 0 {
+		C.uint16_t(remote.LID), (*C.uint8_t)(unsafe.Pointer(&remote.GID[0])), C.int(d.gidIdx), C.int(local.OneSided)); rc != 0 {
 		return fmt.Errorf("verbs: queue pair to RTR: %w", syscall.Errno(rc))
 	}
-	if rc := C.sl_qp_rts(q.qp, C.uint32_t(local.PSN), C.int(rdAtomic)); rc != 0 {
+	if rc := C.sl_qp_rts(q.qp, C.uint32_t(local.PSN), C.int(min(local.OneSided, remote.OneSided))); rc != 0 {
 		return fmt.Errorf("verbs: queue pair to RTS: %w", syscall.Errno(rc))
 	}
 	return nil
@@ -347,8 +403,16 @@ func (q *queuePair) connect(d *device, local, remote qpInfo, rdAtomic int) error
 
 func (q *queuePair) destroy() { q.once.Do(func() { C.ibv_destroy_qp(q.qp) }) }
 
+// toError moves the queue pair to the error state: every outstanding work
+// request completes with a flush error, promptly.
+func (q *queuePair) toError() { C.sl_qp_err(q.qp) }
+
+// recvBit marks the work-request ids of receives, so a completion's kind is
+// known even when only its id and status are valid.
+const recvBit = 1 << 63
+
 func (d *device) postRecv(id uint64, buf []byte, lkey uint32) error {
-	if rc := C.sl_post_recv(d.srq, C.uint64_t(id), unsafe.Pointer(&buf[0]), C.uint32_t(len(buf)), C.uint32_t(lkey)); rc != 0 {
+	if rc := C.sl_post_recv(d.srq, C.uint64_t(id|recvBit), unsafe.Pointer(&buf[0]), C.uint32_t(len(buf)), C.uint32_t(lkey)); rc != 0 {
 		return fmt.Errorf("verbs: post receive: %w", syscall.Errno(rc))
 	}
 	return nil
@@ -400,24 +464,32 @@ type pollBuf struct {
 	status  [pollBatch]C.int
 	byteLen [pollBatch]C.uint32_t
 	qpNum   [pollBatch]C.uint32_t
-	isRecv  [pollBatch]C.int
 }
 
 // poll drains up to pollBatch completions into out.
 func (d *device) poll(b *pollBuf, out []completion) []completion {
-	n := int(C.sl_poll(d.cq, pollBatch, &b.wrID[0], &b.status[0], &b.byteLen[0], &b.qpNum[0], &b.isRecv[0]))
+	n := int(C.sl_poll(d.cq, pollBatch, &b.wrID[0], &b.status[0], &b.byteLen[0], &b.qpNum[0]))
 	for i := 0; i < n; i++ {
+		id := uint64(b.wrID[i])
 		out = append(out, completion{
-			wrID: uint64(b.wrID[i]), status: wcStatus(b.status[i]), byteLen: uint32(b.byteLen[i]),
-			qpNum: uint32(b.qpNum[i]), recv: b.isRecv[i] != 0,
+			wrID: id &^ recvBit, status: wcStatus(b.status[i]), byteLen: uint32(b.byteLen[i]),
+			qpNum: uint32(b.qpNum[i]), recv: id&recvBit != 0,
 		})
 	}
 	return out
 }
 
-// wait blocks up to timeoutMs for the next completion event.
-func (d *device) wait(timeoutMs int) error {
-	if rc := C.sl_wait(d.channel, d.cq, C.int(timeoutMs)); rc < 0 {
+// arm asks for an event at the next completion.
+func (d *device) arm() error {
+	if rc := C.sl_arm(d.cq); rc != 0 {
+		return fmt.Errorf("verbs: arm completion queue on %s: %w", d.name, syscall.Errno(rc))
+	}
+	return nil
+}
+
+// block waits up to timeoutMs for a completion event on the armed queue.
+func (d *device) block(timeoutMs int) error {
+	if rc := C.sl_block(d.channel, C.int(timeoutMs)); rc < 0 {
 		return fmt.Errorf("verbs: wait for completions on %s failed", d.name)
 	}
 	return nil

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -158,7 +159,11 @@ type Endpoint struct {
 	send      *memoryRegion // CreditsPerPeer x MsgSize outgoing messages
 	sendSlots chan int
 	stage     *memoryRegion
-	stageSeg  chan int // StagingSize / stagePiece pieces
+	stageSeg  chan int // StagingSize / piece pieces
+	piece     int
+	rdDepth   int              // one-sided chains in flight per peer, within the device's limits
+	sendDepth int              // send queue depth per queue pair
+	mrs       map[*mr]struct{} // user registrations, undone by Close at the latest
 
 	lmu    sync.RWMutex
 	locals []*localRegion // registered memory by address, for lkeys
@@ -204,15 +209,24 @@ func (t *Transport) newEndpoint(id fabric.NodeID) (*Endpoint, error) {
 		cfg: cfg, id: id, log: cfg.Logger.With("fabric", string(id), "device", dev.name), dev: dev,
 		regions: fabric.NewRegions(id), comps: newCompletions(),
 		ctx: ctx, cancel: cancel,
-		peers: make(map[fabric.NodeID]*rc), byQPN: make(map[uint32]*rc),
+		peers: make(map[fabric.NodeID]*rc), byQPN: make(map[uint32]*rc), mrs: make(map[*mr]struct{}),
 	}
 	ep.OneSided = ep.oneSided
-	alloc := func(n int, remote bool) (*memoryRegion, error) {
+	maxRd, maxInitRd, maxWR, err := dev.caps()
+	if err != nil {
+		dev.close()
+		return nil, err
+	}
+	// Each peer may have OneSidedPerPeer chains in flight on its queue pair,
+	// plus its sends: the send queue is sized for that, within the device.
+	ep.rdDepth = max(1, min(cfg.OneSidedPerPeer, maxRd, maxInitRd, (maxWR-cfg.CreditsPerPeer-8)/maxChain))
+	ep.sendDepth = ep.rdDepth*maxChain + cfg.CreditsPerPeer + 8
+	alloc := func(n int) (*memoryRegion, error) {
 		buf, err := AllocMemory(n, node)
 		if err != nil {
 			return nil, err
 		}
-		m, err := dev.register(buf, remote)
+		m, err := dev.register(buf, false, false)
 		if err != nil {
 			FreeMemory(buf)
 			return nil, err
@@ -220,9 +234,9 @@ func (t *Transport) newEndpoint(id fabric.NodeID) (*Endpoint, error) {
 		ep.addLocal(m)
 		return m, nil
 	}
-	if ep.recv, err = alloc(cfg.RecvBuffers*cfg.MsgSize, false); err == nil {
-		if ep.send, err = alloc(cfg.CreditsPerPeer*cfg.MsgSize, false); err == nil {
-			ep.stage, err = alloc(cfg.StagingSize, false)
+	if ep.recv, err = alloc(cfg.RecvBuffers * cfg.MsgSize); err == nil {
+		if ep.send, err = alloc(cfg.CreditsPerPeer * cfg.MsgSize); err == nil {
+			ep.stage, err = alloc(cfg.StagingSize)
 		}
 	}
 	if err != nil {
@@ -233,7 +247,8 @@ func (t *Transport) newEndpoint(id fabric.NodeID) (*Endpoint, error) {
 	for i := 0; i < cfg.CreditsPerPeer; i++ {
 		ep.sendSlots <- i
 	}
-	ep.stageSeg = make(chan int, max(1, cfg.StagingSize/stagePiece))
+	ep.piece = min(stagePiece, cfg.StagingSize)
+	ep.stageSeg = make(chan int, cfg.StagingSize/ep.piece)
 	for i := 0; i < cap(ep.stageSeg); i++ {
 		ep.stageSeg <- i
 	}
@@ -291,7 +306,26 @@ func (ep *Endpoint) Close() error {
 	for _, qp := range qps {
 		qp.destroy()
 	}
+	ep.lmu.Lock()
+	mrs := ep.mrs
+	ep.mrs = nil
+	ep.lmu.Unlock()
+	for m := range mrs {
+		m.mem.deregister()
+	}
 	ep.release()
+	return nil
+}
+
+// enter admits an operation; Close waits for admitted ones before it frees
+// the device.
+func (ep *Endpoint) enter() error {
+	ep.mu.Lock()
+	defer ep.mu.Unlock()
+	if ep.closed {
+		return fabric.ErrClosed
+	}
+	ep.wg.Add(1)
 	return nil
 }
 
@@ -314,19 +348,18 @@ func (ep *Endpoint) removeLocal(m *memoryRegion) {
 	}
 }
 
-// findLocal returns the lkey of the registered region holding b, if any.
-func (ep *Endpoint) findLocal(b []byte) (uint32, bool) {
-	if len(b) == 0 {
-		return 0, true
-	}
+// findLocal returns the lkey of the registered region holding b and the
+// address a scatter entry uses for b, if b is registered memory.
+func (ep *Endpoint) findLocal(b []byte) (uint32, uintptr, bool) {
 	a := addrOf(b)
 	ep.lmu.RLock()
 	defer ep.lmu.RUnlock()
 	i := sort.Search(len(ep.locals), func(i int) bool { return ep.locals[i].end > a })
 	if i < len(ep.locals) && ep.locals[i].start <= a && a+uintptr(len(b)) <= ep.locals[i].end {
-		return ep.locals[i].mem.lkey(), true
+		m := ep.locals[i].mem
+		return m.lkey(), m.localAddr(b), true
 	}
-	return 0, false
+	return 0, 0, false
 }
 
 // mr is a registered region: the software table's entry and the NIC's.
@@ -342,7 +375,11 @@ func (ep *Endpoint) RegisterMemory(buf []byte, access fabric.Access) (fabric.MR,
 	if len(buf) == 0 {
 		return nil, errors.New("fabric/verbs: register an empty buffer")
 	}
-	mem, err := ep.dev.register(buf, access != 0)
+	if err := ep.enter(); err != nil {
+		return nil, err
+	}
+	defer ep.wg.Done()
+	mem, err := ep.dev.register(buf, access&fabric.AccessRemoteRead != 0, access&fabric.AccessRemoteWrite != 0)
 	if err != nil {
 		return nil, err
 	}
@@ -352,14 +389,27 @@ func (ep *Endpoint) RegisterMemory(buf []byte, access fabric.Access) (fabric.MR,
 		return nil, err
 	}
 	ep.addLocal(mem)
-	return &mr{MR: fmr, ep: ep, mem: mem}, nil
+	m := &mr{MR: fmr, ep: ep, mem: mem}
+	ep.lmu.Lock()
+	ep.mrs[m] = struct{}{}
+	ep.lmu.Unlock()
+	return m, nil
 }
 
+// Deregister revokes the key (in the table and on the NIC). After the
+// endpoint closed, the NIC registration is already gone.
 func (m *mr) Deregister() error {
 	if err := m.MR.Deregister(); err != nil {
 		return err
 	}
 	m.ep.removeLocal(m.mem)
+	m.ep.lmu.Lock()
+	_, live := m.ep.mrs[m]
+	delete(m.ep.mrs, m)
+	m.ep.lmu.Unlock()
+	if !live {
+		return nil
+	}
 	return m.mem.deregister()
 }
 
@@ -375,12 +425,19 @@ func (ep *Endpoint) pollLoop() {
 	for ep.ctx.Err() == nil {
 		out = ep.dev.poll(&pb, out[:0])
 		if len(out) == 0 {
-			if err := ep.dev.wait(100); err != nil {
+			// Arm, then look again: a completion that arrived before the
+			// arming raises no event.
+			err := ep.dev.arm()
+			if err == nil {
+				if out = ep.dev.poll(&pb, out[:0]); len(out) == 0 {
+					err = ep.dev.block(100)
+				}
+			}
+			if err != nil {
 				ep.log.Error("fabric/verbs poller stopped", "err", err)
 				ep.comps.close(err)
 				return
 			}
-			continue
 		}
 		for _, wc := range out {
 			if wc.recv {
@@ -417,15 +474,18 @@ func (ep *Endpoint) onRecv(wc completion) {
 	if msg == nil {
 		return
 	}
-	if c.ret.consumed() {
-		ep.spawn(func() { c.sendCredits(ep.ctx) })
+	if c.ret.consumed() && c.crediting.CompareAndSwap(false, true) {
+		ep.spawn(func() {
+			defer c.crediting.Store(false)
+			c.sendCredits(ep.ctx)
+		})
 	}
 	h, body, err := parseMsg(msg)
 	if err != nil {
 		c.fail(err)
 		return
 	}
-	c.credit.grant(int(h.credits))
+	c.grant(int(h.credits))
 	switch h.typ {
 	case msgReply:
 		c.deliver(h, body)
@@ -451,11 +511,13 @@ type rc struct {
 	qp   *queuePair
 	boot net.Conn
 
-	credit   *credits // SENDs we may have outstanding (the peer's buffers)
-	calls    *credits // our calls in flight: half the credits, so replies always find some
-	oneSided *credits
-	ret      *creditReturn
-	msgSize  int
+	credit    *credits // SENDs we may have outstanding (the peer's buffers), but one
+	reserve   *credits // the one kept for credit-only messages, so credits always flow
+	calls     *credits // our calls in flight: half the credits, so replies always find some
+	oneSided  *credits
+	ret       *creditReturn
+	crediting atomic.Bool // a credit-only message is on its way
+	msgSize   int         // largest message either side accepts
 
 	mu      sync.Mutex
 	next    uint64
@@ -484,6 +546,7 @@ func (c *rc) fail(err error) {
 	close(c.done)
 	c.mu.Unlock()
 	c.credit.close(err)
+	c.reserve.close(err)
 	c.calls.close(err)
 	c.oneSided.close(err)
 	c.boot.Close()
@@ -494,9 +557,18 @@ func (c *rc) fail(err error) {
 	}
 	delete(ep.byQPN, c.qp.num())
 	ep.mu.Unlock()
-	// The queue pair goes once its flushed work requests have completed
-	// (or at Close, whichever comes first).
-	time.AfterFunc(time.Second, c.qp.destroy)
+	// Flush what is outstanding now; the queue pair itself goes at Close,
+	// once nothing can post to it any more.
+	c.qp.toError()
+}
+
+// grant takes back credits the peer returned, refilling the reserve first.
+func (c *rc) grant(n int) {
+	if n > 0 && c.reserve.available() == 0 {
+		c.reserve.grant(1)
+		n--
+	}
+	c.credit.grant(n)
 }
 
 func (c *rc) failure() error {
@@ -514,14 +586,18 @@ func (c *rc) sendMsg(ctx context.Context, h msgHeader, parts ...[]byte) error {
 	if size > c.msgSize {
 		return fmt.Errorf("%w: message of %d bytes, peer accepts %d", fabric.ErrFrameTooLarge, size, c.msgSize)
 	}
-	if err := c.credit.acquire(ctx); err != nil {
+	pool := c.credit
+	if h.typ == msgCredit {
+		pool = c.reserve
+	}
+	if err := pool.acquire(ctx); err != nil {
 		return err
 	}
 	var slot int
 	select {
 	case slot = <-c.ep.sendSlots:
 	case <-ctx.Done():
-		c.credit.grant(1)
+		pool.grant(1)
 		return ctx.Err()
 	}
 	defer func() { c.ep.sendSlots <- slot }()
@@ -564,6 +640,9 @@ func (c *rc) await(w *waiter) error {
 }
 
 func (c *rc) sendCredits(ctx context.Context) {
+	if c.ret.owed() == 0 {
+		return // a message of ours carried them meanwhile
+	}
 	if err := c.sendMsg(ctx, msgHeader{typ: msgCredit}); err != nil {
 		c.ep.log.Debug("fabric/verbs credit message not sent", "peer", c.peer, "err", err)
 	}
@@ -680,6 +759,10 @@ func (ep *Endpoint) Call(ctx context.Context, node fabric.NodeID, method string,
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := ep.enter(); err != nil {
+		return fmt.Errorf("call %s %s: %w", node, method, err)
+	}
+	defer ep.wg.Done()
 	c, err := ep.conn(ctx, node)
 	if err == nil {
 		err = c.call(ctx, method, req, resp)
@@ -696,21 +779,35 @@ func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, verb fabri
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := ep.enter(); err != nil {
+		return err
+	}
+	defer ep.wg.Done()
 	c, err := ep.conn(ctx, node)
 	if err != nil {
 		return err
 	}
 	write := verb == fabric.VerbWrite
 	var direct []rdmaOp
-	var staged []fabric.Op
+	var staged, empty []fabric.Op
 	for _, op := range ops {
-		lkey, ok := ep.findLocal(op.Local)
+		if len(op.Local) == 0 {
+			// The NIC checks no key for a zero-length transfer; the peer does.
+			empty = append(empty, op)
+			continue
+		}
+		lkey, laddr, ok := ep.findLocal(op.Local)
 		if !ok {
 			staged = append(staged, op)
 			continue
 		}
-		direct = append(direct, rdmaOp{laddr: addrOf(op.Local), len: uint32(len(op.Local)), lkey: lkey,
+		direct = append(direct, rdmaOp{laddr: laddr, len: uint32(len(op.Local)), lkey: lkey,
 			raddr: op.Remote.Offset, rkey: rkeyOf(op.Remote.Key)})
+	}
+	if len(empty) > 0 {
+		if err := ep.diagnose(ctx, node, verb, empty, nil); err != nil {
+			return err
+		}
 	}
 	for len(direct) > 0 && err == nil {
 		n := min(len(direct), maxChain)
@@ -760,15 +857,15 @@ func (c *rc) rdma(ctx context.Context, write bool, ops []rdmaOp) error {
 
 // staged moves op through the registered bounce buffer, a piece at a time.
 func (ep *Endpoint) staged(ctx context.Context, c *rc, write bool, op fabric.Op) error {
-	for done := 0; done < len(op.Local) || (done == 0 && len(op.Local) == 0); {
+	for done := 0; done < len(op.Local); {
 		var seg int
 		select {
 		case seg = <-ep.stageSeg:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		n := min(stagePiece, len(op.Local)-done)
-		buf := ep.stage.buf[seg*stagePiece : seg*stagePiece+n]
+		n := min(ep.piece, len(op.Local)-done)
+		buf := ep.stage.buf[seg*ep.piece : seg*ep.piece+n]
 		if write {
 			copy(buf, op.Local[done:done+n])
 		}
@@ -782,9 +879,6 @@ func (ep *Endpoint) staged(ctx context.Context, c *rc, write bool, op fabric.Op)
 			return err
 		}
 		done += n
-		if n == 0 {
-			break
-		}
 	}
 	return nil
 }
@@ -828,6 +922,9 @@ func (ep *Endpoint) diagnose(ctx context.Context, node fabric.NodeID, verb fabri
 				if len(ops) > 1 {
 					return fmt.Errorf("range %d: %w", i, err)
 				}
+				return err
+			}
+			if cause == nil {
 				return err
 			}
 			return fmt.Errorf("%w (diagnosis failed: %v)", cause, err)
@@ -913,7 +1010,7 @@ func (ep *Endpoint) connect(nc net.Conn, peer fabric.NodeID) (*rc, error) {
 	if full {
 		return nil, fmt.Errorf("fabric/verbs: receive buffers for %d peers all granted", len(ep.peers))
 	}
-	qp, err := ep.dev.createQP(maxChain*2 + ep.cfg.CreditsPerPeer)
+	qp, err := ep.dev.createQP(ep.sendDepth)
 	if err != nil {
 		return nil, err
 	}
@@ -925,45 +1022,51 @@ func (ep *Endpoint) connect(nc net.Conn, peer fabric.NodeID) (*rc, error) {
 	local := qpInfo{
 		QPN: qp.num(), PSN: binary.LittleEndian.Uint32(psn[:]) & 0xffffff, LID: ep.dev.lid, GID: ep.dev.gid,
 		MTU: ep.dev.mtu, Port: uint8(ep.dev.port), SendCredits: uint16(ep.cfg.CreditsPerPeer),
-		MsgSize: uint32(ep.cfg.MsgSize), OneSided: uint16(ep.cfg.OneSidedPerPeer),
+		MsgSize: uint32(ep.cfg.MsgSize), OneSided: uint16(ep.rdDepth),
 	}
 	remote, err := exchange(nc, local)
-	if err == nil {
-		err = qp.connect(ep.dev, local, remote, ep.cfg.OneSidedPerPeer)
+	if err == nil && remote.SendCredits < 2 {
+		err = fmt.Errorf("%w: peer grants %d receive buffers, need 2", fabric.ErrProtocol, remote.SendCredits)
 	}
 	if err == nil {
-		// Both sides are ready to receive before either sends.
-		if _, err = nc.Write([]byte{1}); err == nil {
-			var b [1]byte
-			_, err = io.ReadFull(nc, b[:])
-		}
+		err = qp.connect(ep.dev, local, remote)
 	}
 	if err != nil {
-		qp.destroy()
+		qp.toError()
 		return nil, err
 	}
-	nc.SetDeadline(time.Time{})
 	c := &rc{
 		ep: ep, peer: peer, qp: qp, boot: nc,
-		credit: newCredits(int(remote.SendCredits)), calls: newCredits(max(1, int(remote.SendCredits)/2)),
-		oneSided: newCredits(int(min(remote.OneSided, uint16(ep.cfg.OneSidedPerPeer)))),
-		ret:      newCreditReturn(ep.cfg.CreditsPerPeer), msgSize: int(remote.MsgSize),
+		credit: newCredits(int(remote.SendCredits) - 1), reserve: newCredits(1),
+		calls:    newCredits(max(1, int(remote.SendCredits)/2)),
+		oneSided: newCredits(int(min(remote.OneSided, local.OneSided))),
+		ret:      newCreditReturn(ep.cfg.CreditsPerPeer), msgSize: min(int(remote.MsgSize), ep.cfg.MsgSize),
 		pending: make(map[uint64]chan result), done: make(chan struct{}),
 	}
+	// File the connection before telling the peer we are ready: its first
+	// message may arrive the moment it knows.
 	ep.mu.Lock()
 	if ep.closed {
 		ep.mu.Unlock()
-		qp.destroy()
+		qp.toError()
 		return nil, fabric.ErrClosed
 	}
-	if old := ep.peers[peer]; old != nil {
-		ep.mu.Unlock()
-		old.fail(errors.New("replaced by a new connection"))
-		ep.mu.Lock()
-	}
+	old := ep.peers[peer]
 	ep.peers[peer] = c
 	ep.byQPN[qp.num()] = c
 	ep.mu.Unlock()
+	if old != nil {
+		old.fail(errors.New("replaced by a new connection"))
+	}
+	if _, err = nc.Write([]byte{1}); err == nil {
+		var b [1]byte
+		_, err = io.ReadFull(nc, b[:])
+	}
+	if err != nil {
+		c.fail(fmt.Errorf("bootstrap: %w", err))
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
 	// The bootstrap connection stays open: its end is the peer's death.
 	ep.spawn(func() {
 		io.Copy(io.Discard, nc)
