@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"hash/fnv"
+	"io"
 	"strconv"
 	"strings"
 	"sync"
@@ -258,6 +259,9 @@ func (e *Engine) writeFile(id ChunkID, ver uint64, b []byte) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		err = e.fs.SyncDir(e.chunks)
+	}
 	if err != nil {
 		e.fs.Remove(name)
 		return diskError(id, err)
@@ -359,7 +363,7 @@ func (e *Engine) readVersion(id ChunkID, v *storagepb.Version, off uint32, dst [
 	if v.Compressed {
 		enc := make([]byte, v.Stored)
 		if _, err := f.ReadAt(enc, 0); err != nil {
-			return 0, diskError(id, err)
+			return 0, readError(id, v, err)
 		}
 		all, err := s2.Decode(nil, enc)
 		if err != nil || len(all) != int(v.Length) {
@@ -379,7 +383,7 @@ func (e *Engine) readVersion(id ChunkID, v *storagepb.Version, off uint32, dst [
 		buf = make([]byte, last-first)
 	}
 	if _, err := f.ReadAt(buf, int64(first)); err != nil {
-		return 0, diskError(id, err)
+		return 0, readError(id, v, err)
 	}
 	if err := checkBlocks(id, v, buf, first, last); err != nil {
 		return 0, err
@@ -388,6 +392,15 @@ func (e *Engine) readVersion(id ChunkID, v *storagepb.Version, off uint32, dst [
 		copy(dst[:n], buf[off-first:])
 	}
 	return n, nil
+}
+
+// readError reports a failed read; a file shorter than its record says is
+// torn data, not an I/O error.
+func readError(id ChunkID, v *storagepb.Version, err error) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fmt.Errorf("chunk %v version %d: %w: file shorter than recorded", id, v.Ver, ErrChecksum)
+	}
+	return diskError(id, err)
 }
 
 // checkBlocks verifies the blocks of v held in buf, which covers [from, to).

@@ -1,0 +1,276 @@
+package storage
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/proto/storagepb"
+)
+
+func openTest(t *testing.T, cfg EngineConfig) *Engine {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
+	e, err := OpenEngine(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+func write(t *testing.T, e *Engine, id ChunkID, ver uint64, off uint32, data []byte, full bool) {
+	t.Helper()
+	if _, err := e.Prepare(id, ver, off, data, full, 1); err != nil {
+		t.Fatalf("prepare %v v%d: %v", id, ver, err)
+	}
+	if _, err := e.Commit(id, ver); err != nil {
+		t.Fatalf("commit %v v%d: %v", id, ver, err)
+	}
+}
+
+func readAll(t *testing.T, e *Engine, id ChunkID) []byte {
+	t.Helper()
+	buf := make([]byte, 8<<20)
+	n, _, err := e.Read(id, 0, buf)
+	if err != nil {
+		t.Fatalf("read %v: %v", id, err)
+	}
+	return buf[:n]
+}
+
+func TestEngineReadWrite(t *testing.T) {
+	e := openTest(t, EngineConfig{})
+	id := ChunkID{Inode: 7, Index: 3}
+	if _, _, err := e.Read(id, 0, make([]byte, 10)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("read of a missing chunk: %v", err)
+	}
+	a := fabrictest.RandBytes(1, 300<<10)
+	write(t, e, id, 1, 0, a, true)
+	if got := readAll(t, e, id); !bytes.Equal(got, a) {
+		t.Fatal("full write reads back differently")
+	}
+	// A partial write overlays and extends.
+	b := fabrictest.RandBytes(2, 100<<10)
+	write(t, e, id, 2, 250<<10, b, false)
+	want := append(append([]byte(nil), a[:250<<10]...), b...)
+	if got := readAll(t, e, id); !bytes.Equal(got, want) {
+		t.Fatal("partial write reads back differently")
+	}
+	// Ranges: aligned, unaligned, across blocks, past the end.
+	for _, r := range []struct{ off, n int }{{0, 4096}, {65536, 65536}, {1000, 70000}, {349 << 10, 8 << 10}, {350 << 10, 10}, {400 << 10, 10}} {
+		buf := make([]byte, r.n)
+		n, v, err := e.Read(id, uint32(r.off), buf)
+		if err != nil {
+			t.Fatalf("read [%d:+%d]: %v", r.off, r.n, err)
+		}
+		end := min(r.off+r.n, len(want))
+		if r.off >= len(want) {
+			end = r.off
+		}
+		if n != end-r.off || !bytes.Equal(buf[:n], want[r.off:end]) || v.Ver != 2 {
+			t.Fatalf("read [%d:+%d]: %d bytes of version %d", r.off, r.n, n, v.Ver)
+		}
+	}
+}
+
+func TestEngineVersions(t *testing.T) {
+	e := openTest(t, EngineConfig{})
+	id := ChunkID{Inode: 1}
+	write(t, e, id, 1, 0, []byte("one"), true)
+	// Pending is invisible to plain reads until committed.
+	if _, err := e.Prepare(id, 2, 0, []byte("two"), true, 1); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, e, id); string(got) != "one" {
+		t.Fatalf("read with an update pending: %q", got)
+	}
+	buf := make([]byte, 3)
+	if n, _, err := e.ReadVersion(id, 2, 0, buf); err != nil || string(buf[:n]) != "two" {
+		t.Fatalf("pending read: %q %v", buf[:n], err)
+	}
+	m, _ := e.Meta(id)
+	if m.GetCommitted().GetVer() != 1 || m.GetPending().GetVer() != 2 {
+		t.Fatalf("meta %v", m)
+	}
+	// Re-preparing the same version (a retried forward) replaces it.
+	if _, err := e.Prepare(id, 2, 0, []byte("TWO"), true, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Commit(id, 3); !errors.Is(err, ErrVersion) {
+		t.Fatalf("commit of a version never prepared: %v", err)
+	}
+	if _, err := e.Commit(id, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Commit(id, 2); err != nil {
+		t.Fatalf("repeated commit: %v", err)
+	}
+	if got := readAll(t, e, id); string(got) != "TWO" {
+		t.Fatalf("after commit: %q", got)
+	}
+	if _, err := e.Prepare(id, 2, 0, []byte("old"), true, 2); !errors.Is(err, ErrVersion) {
+		t.Fatalf("prepare at the committed version: %v", err)
+	}
+	if _, err := e.Prepare(id, 9, 4<<20, []byte("x"), false, 2); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("write past the chunk size limit: %v", err)
+	}
+}
+
+func TestEngineRestartAndOrphans(t *testing.T) {
+	dir := t.TempDir()
+	e, err := OpenEngine(EngineConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := ChunkID{Inode: 5, Index: 1}
+	write(t, e, id, 1, 0, []byte("committed"), true)
+	if _, err := e.Prepare(id, 2, 0, []byte("pending"), true, 1); err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	// A write cut short by a crash leaves a file no record names.
+	orphan := filepath.Join(dir, "chunks", id.fileName(7))
+	os.WriteFile(orphan, []byte("half written"), 0o644)
+
+	e = openTest(t, EngineConfig{Dir: dir})
+	if got := readAll(t, e, id); string(got) != "committed" {
+		t.Fatalf("after restart: %q", got)
+	}
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("orphan chunk file kept: %v", err)
+	}
+	if _, err := e.Commit(id, 2); err != nil {
+		t.Fatalf("commit of the pending version after restart: %v", err)
+	}
+	if got := readAll(t, e, id); string(got) != "pending" {
+		t.Fatalf("after commit: %q", got)
+	}
+}
+
+func TestEngineDetectsCorruption(t *testing.T) {
+	dir := t.TempDir()
+	e := openTest(t, EngineConfig{Dir: dir})
+	id := ChunkID{Inode: 9}
+	data := fabrictest.RandBytes(3, 200<<10)
+	write(t, e, id, 1, 0, data, true)
+	// Flip one byte in the second block on disk.
+	path := filepath.Join(dir, "chunks", id.fileName(1))
+	f, _ := os.OpenFile(path, os.O_RDWR, 0)
+	f.WriteAt([]byte{data[70000] ^ 0xff}, 70000)
+	f.Close()
+	buf := make([]byte, len(data))
+	if _, _, err := e.Read(id, 0, buf); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("read of a corrupted chunk: %v, want ErrChecksum", err)
+	}
+	if _, _, err := e.Read(id, 65536+100, make([]byte, 10)); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("small read in the corrupted block: %v, want ErrChecksum", err)
+	}
+	if n, _, err := e.Read(id, 0, make([]byte, 65536)); err != nil || n != 65536 {
+		t.Fatalf("read of an intact block: %d %v", n, err)
+	}
+}
+
+func TestEngineLostWrite(t *testing.T) {
+	ffs := NewFaultFS(OSFS{})
+	e := openTest(t, EngineConfig{FS: ffs})
+	id := ChunkID{Inode: 2}
+	ffs.Inject(Fault{Op: "write", LoseWrites: true})
+	write(t, e, id, 1, 0, fabrictest.RandBytes(4, 100<<10), true)
+	ffs.Clear()
+	if _, _, err := e.Read(id, 0, make([]byte, 100<<10)); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("read of a lost write: %v, want ErrChecksum", err)
+	}
+}
+
+func TestEngineDiskErrors(t *testing.T) {
+	ffs := NewFaultFS(OSFS{})
+	e := openTest(t, EngineConfig{FS: ffs})
+	id := ChunkID{Inode: 3}
+	write(t, e, id, 1, 0, []byte("good"), true)
+	for _, f := range []Fault{
+		{Op: "write", Err: syscall.ENOSPC},
+		{Op: "create", Err: syscall.ENOSPC},
+		{Op: "sync", Err: syscall.EIO},
+		{Op: "create", Err: syscall.EACCES},
+	} {
+		ffs.Inject(f)
+		_, err := e.Prepare(id, 2, 0, []byte("bad"), true, 1)
+		ffs.Clear()
+		if err == nil {
+			t.Fatalf("%+v: prepare succeeded", f)
+		}
+		if errors.Is(f.Err, syscall.ENOSPC) != errors.Is(err, ErrNoSpace) {
+			t.Fatalf("%+v: %v", f, err)
+		}
+		if got := readAll(t, e, id); string(got) != "good" {
+			t.Fatalf("%+v: target lost its good state: %q", f, got)
+		}
+		if m, _ := e.Meta(id); m.Pending != nil {
+			t.Fatalf("%+v: a failed prepare left a pending version", f)
+		}
+	}
+	write(t, e, id, 2, 0, []byte("better"), true)
+	if got := readAll(t, e, id); string(got) != "better" {
+		t.Fatalf("after errors cleared: %q", got)
+	}
+}
+
+func TestEngineCompression(t *testing.T) {
+	e := openTest(t, EngineConfig{Compress: true})
+	text := bytes.Repeat([]byte("the quick brown fox jumps over the lazy dog. "), 20000)
+	noise := fabrictest.RandBytes(5, 512<<10)
+	for i, data := range [][]byte{text, noise} {
+		id := ChunkID{Inode: 10, Index: uint32(i)}
+		write(t, e, id, 1, 0, data, true)
+		m, _ := e.Meta(id)
+		if compressible := i == 0; m.Committed.Compressed != compressible {
+			t.Fatalf("chunk %d: compressed=%v", i, m.Committed.Compressed)
+		}
+		if got := readAll(t, e, id); !bytes.Equal(got, data) {
+			t.Fatalf("chunk %d reads back differently", i)
+		}
+		buf := make([]byte, 100)
+		if n, _, err := e.Read(id, 70000, buf); err != nil || !bytes.Equal(buf[:n], data[70000:70100]) {
+			t.Fatalf("chunk %d range read: %v", i, err)
+		}
+	}
+	m, _ := e.Meta(ChunkID{Inode: 10})
+	if m.Committed.Stored*4 > m.Committed.Length {
+		t.Fatalf("text stored in %d of %d bytes", m.Committed.Stored, m.Committed.Length)
+	}
+}
+
+func TestEngineChunkOrder(t *testing.T) {
+	e := openTest(t, EngineConfig{})
+	ids := []ChunkID{{2, 0}, {1, 300}, {1, 2}, {1 << 40, 1}, {1, 10}}
+	for _, id := range ids {
+		write(t, e, id, 1, 0, []byte("x"), true)
+	}
+	var got []ChunkID
+	e.Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
+		got = append(got, id)
+		return true
+	})
+	want := []ChunkID{{1, 2}, {1, 10}, {1, 300}, {2, 0}, {1 << 40, 1}}
+	if len(got) != len(want) {
+		t.Fatalf("got %v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("order %v, want %v", got, want)
+		}
+	}
+	if err := e.Remove(ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := e.Read(ids[0], 0, make([]byte, 1)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("read after remove: %v", err)
+	}
+}
