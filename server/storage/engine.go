@@ -45,7 +45,9 @@ func chunkFromKey(k []byte) (ChunkID, bool) {
 }
 
 // Proto converts to the wire form.
-func (c ChunkID) Proto() *storagepb.ChunkID { return &storagepb.ChunkID{Inode: c.Inode, Index: c.Index} }
+func (c ChunkID) Proto() *storagepb.ChunkID {
+	return &storagepb.ChunkID{Inode: c.Inode, Index: c.Index}
+}
 
 // ChunkFromProto converts from the wire form.
 func ChunkFromProto(p *storagepb.ChunkID) ChunkID {
