@@ -3,6 +3,7 @@ module github.com/sluicefs/sluice
 go 1.26
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/klauspost/compress v1.20.4
 	github.com/spf13/cobra v1.10.2

@@ -1,0 +1,145 @@
+package storage
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/proto/storagepb"
+)
+
+// Client writes and reads chunks on storage nodes: writes go to a chain's
+// head, which pulls the bytes from the client's registered buffer; reads go
+// to any serving replica, which pushes the bytes into it. It retries what new
+// routing can cure, with the same sequence number, so a retried write is
+// applied once. The SDK builds its file I/O on it.
+type Client struct {
+	ep      fabric.Endpoint
+	routing RoutingProvider
+	id      uint64
+	seq     atomic.Uint64
+	next    atomic.Uint32 // spreads reads over replicas
+
+	// AttemptTimeout bounds one attempt before the client looks at the
+	// routing again (default 5s).
+	AttemptTimeout time.Duration
+}
+
+// NewClient returns a client on ep.
+func NewClient(ep fabric.Endpoint, routing RoutingProvider) *Client {
+	var b [8]byte
+	rand.Read(b[:])
+	return &Client{ep: ep, routing: routing, id: binary.LittleEndian.Uint64(b[:]), AttemptTimeout: 5 * time.Second}
+}
+
+// WriteRegistered writes data, which must lie in mr at offset off, into
+// chunk at chunkOff; full replaces the chunk's content. It returns the
+// committed version.
+func (c *Client) WriteRegistered(ctx context.Context, chain ChainID, chunk ChunkID, chunkOff uint32, full bool, mr fabric.MR, off int, data []byte) (uint64, error) {
+	rb := mr.Remote(off, len(data))
+	req := &storagepb.UpdateRequest{
+		Chain: uint32(chain), Chunk: chunk.Proto(), Offset: chunkOff, Length: uint32(len(data)), Crc: CRC(data),
+		Src:    &storagepb.RemoteBuf{Node: string(rb.Node), Key: rb.Key, Offset: rb.Offset, Len: rb.Len},
+		Client: c.id, Seq: c.seq.Add(1), FullChunk: full,
+	}
+	var resp storagepb.UpdateReply
+	err := c.retry(ctx, func(ctx context.Context, r *Routing, ch Chain) error {
+		head := ch.Targets[0]
+		req.ChainVer, req.Target = ch.Version, uint32(head)
+		return c.ep.Call(ctx, r.Targets[head].Node, MethodUpdate, req, &resp)
+	}, chain)
+	if err != nil {
+		return 0, fmt.Errorf("write chunk %v: %w", chunk, err)
+	}
+	return resp.CommitVer, nil
+}
+
+// ReadRegistered reads chunk bytes at chunkOff into buf, which must lie in
+// mr at offset off. It returns how many bytes the chunk had there and the
+// version read. failIfDirty asks for ErrNotCommitted rather than a query of
+// the tail when an update is in flight.
+func (c *Client) ReadRegistered(ctx context.Context, chain ChainID, chunk ChunkID, chunkOff uint32, mr fabric.MR, off int, buf []byte, failIfDirty bool) (int, uint64, error) {
+	rb := mr.Remote(off, len(buf))
+	var res *storagepb.ReadResult
+	err := c.retry(ctx, func(ctx context.Context, r *Routing, ch Chain) error {
+		var serving []TargetID
+		for _, t := range ch.Targets {
+			if r.Targets[t].State == Serving {
+				serving = append(serving, t)
+			}
+		}
+		if len(serving) == 0 {
+			return fmt.Errorf("chain %d: %w", chain, ErrUnavailable)
+		}
+		t := serving[int(c.next.Add(1))%len(serving)]
+		req := &storagepb.ReadRequest{FailIfDirty: failIfDirty, Entries: []*storagepb.ReadEntry{{
+			Chain: uint32(chain), ChainVer: ch.Version, Chunk: chunk.Proto(), Offset: chunkOff, Length: uint32(len(buf)),
+			Dst: &storagepb.RemoteBuf{Node: string(rb.Node), Key: rb.Key, Offset: rb.Offset, Len: rb.Len}, Target: uint32(t),
+		}}}
+		var resp storagepb.ReadReply
+		if err := c.ep.Call(ctx, r.Targets[t].Node, MethodRead, req, &resp); err != nil {
+			return err
+		}
+		if len(resp.Results) != 1 {
+			return fmt.Errorf("%w: %d results for 1 read", fabric.ErrProtocol, len(resp.Results))
+		}
+		res = resp.Results[0]
+		if res.Code != 0 {
+			err := fabric.RemoteError(fabric.Code(res.Code), res.Error)
+			if failIfDirty && errors.Is(err, ErrNotCommitted) {
+				return finalError{err}
+			}
+			return err
+		}
+		return nil
+	}, chain)
+	if err != nil {
+		return 0, 0, fmt.Errorf("read chunk %v: %w", chunk, err)
+	}
+	mr.Fence()
+	return int(res.Length), res.Version, nil
+}
+
+// retry runs attempt against the chain's current routing until it succeeds,
+// fails for good, or ctx ends.
+func (c *Client) retry(ctx context.Context, attempt func(context.Context, *Routing, Chain) error, chain ChainID) error {
+	for {
+		changed := c.routing.Changed()
+		r := c.routing.Routing()
+		ch, ok := r.Chains[chain]
+		var err error
+		if !ok || len(ch.Targets) == 0 {
+			err = fmt.Errorf("chain %d has no targets: %w", chain, ErrUnavailable)
+		} else {
+			actx, cancel := context.WithTimeout(ctx, c.AttemptTimeout)
+			err = attempt(actx, r, ch)
+			cancel()
+		}
+		if err == nil {
+			return nil
+		}
+		var final finalError
+		if errors.As(err, &final) {
+			return final.error
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-changed:
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		}
+	}
+}
+
+// finalError ends retries: the caller asked for this answer.
+type finalError struct{ error }
+
+func (f finalError) Unwrap() error { return f.error }

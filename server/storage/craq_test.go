@@ -1,0 +1,385 @@
+package storage
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/fabric/faulty"
+	"github.com/sluicefs/sluice/fabric/local"
+	"github.com/sluicefs/sluice/proto/storagepb"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// cluster is an in-process chain: one target per node, each node its own
+// fabric endpoint on a faulty network, and a static routing that the test
+// changes as mgmtd would.
+type cluster struct {
+	t       *testing.T
+	net     *faulty.Network
+	routing *StaticRouting
+	eps     []fabric.Endpoint
+	engines []*Engine
+	nodes   []*Node
+}
+
+const testChain ChainID = 1
+
+func newCluster(t *testing.T, replicas int) *cluster {
+	c := &cluster{t: t, net: faulty.New(local.NewNetwork(), 1)}
+	r := &Routing{Version: 1, Chains: map[ChainID]Chain{}, Targets: map[TargetID]Target{}}
+	chain := Chain{ID: testChain, Version: 1}
+	for i := 1; i <= replicas; i++ {
+		ep, err := c.net.Listen(fmt.Sprintf("node-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ep.Close() })
+		e := openTest(t, EngineConfig{})
+		c.eps, c.engines = append(c.eps, ep), append(c.engines, e)
+		r.Targets[TargetID(i)] = Target{ID: TargetID(i), Node: ep.ID(), State: Serving}
+		chain.Targets = append(chain.Targets, TargetID(i))
+	}
+	r.Chains[testChain] = chain
+	c.routing = NewStaticRouting(r)
+	for i, ep := range c.eps {
+		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[TargetID]*Engine{TargetID(i + 1): c.engines[i]},
+			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close() })
+		c.nodes = append(c.nodes, n)
+	}
+	return c
+}
+
+// testClient is a storage client with a registered buffer.
+type testClient struct {
+	*Client
+	buf []byte
+	mr  fabric.MR
+}
+
+func (c *cluster) client(name string) *testClient {
+	ep, err := c.net.Dialer(name)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { ep.Close() })
+	buf := make([]byte, 2<<20)
+	mr, err := ep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	cl := NewClient(ep, c.routing)
+	cl.AttemptTimeout = 500 * time.Millisecond
+	return &testClient{Client: cl, buf: buf, mr: mr}
+}
+
+func (tc *testClient) write(ctx context.Context, chunk ChunkID, off uint32, data []byte, full bool) (uint64, error) {
+	copy(tc.buf, data)
+	return tc.WriteRegistered(ctx, testChain, chunk, off, full, tc.mr, 0, tc.buf[:len(data)])
+}
+
+func (tc *testClient) read(ctx context.Context, chunk ChunkID, off uint32, n int) ([]byte, uint64, error) {
+	half := len(tc.buf) / 2
+	got, ver, err := tc.ReadRegistered(ctx, testChain, chunk, off, tc.mr, half, tc.buf[half:half+n], false)
+	if err != nil {
+		return nil, 0, err
+	}
+	return bytes.Clone(tc.buf[half : half+got]), ver, nil
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// sameReplicas checks that every target in the chain holds the chunk's same
+// committed version and bytes.
+func (c *cluster) sameReplicas(chunk ChunkID) {
+	c.t.Helper()
+	var first []byte
+	var firstVer uint64
+	for _, tid := range c.routing.Routing().Chains[testChain].Targets {
+		e := c.engines[tid-1]
+		buf := make([]byte, 1<<20)
+		n, v, err := e.Read(chunk, 0, buf)
+		if err != nil {
+			c.t.Fatalf("target %d: %v", tid, err)
+		}
+		if first == nil {
+			first, firstVer = buf[:n], v.Ver
+			continue
+		}
+		if v.Ver != firstVer || !bytes.Equal(buf[:n], first) {
+			c.t.Fatalf("target %d holds version %d (%d bytes), head %d (%d bytes)", tid, v.Ver, n, firstVer, len(first))
+		}
+	}
+}
+
+func TestChainWriteRead(t *testing.T) {
+	c := newCluster(t, 3)
+	cl := c.client("client")
+	ctx := ctxT(t, 30*time.Second)
+	chunk := ChunkID{Inode: 100, Index: 0}
+	a := fabrictest.RandBytes(1, 300<<10)
+	if v, err := cl.write(ctx, chunk, 0, a, true); err != nil || v != 1 {
+		t.Fatalf("write: version %d, %v", v, err)
+	}
+	b := fabrictest.RandBytes(2, 10<<10)
+	if v, err := cl.write(ctx, chunk, 5000, b, false); err != nil || v != 2 {
+		t.Fatalf("patch: version %d, %v", v, err)
+	}
+	want := bytes.Clone(a)
+	copy(want[5000:], b)
+	for i := 0; i < 3; i++ { // reads rotate over the replicas
+		got, ver, err := cl.read(ctx, chunk, 0, 400<<10)
+		if err != nil || ver != 2 || !bytes.Equal(got, want) {
+			t.Fatalf("read %d: version %d, %d bytes, %v", i, ver, len(got), err)
+		}
+	}
+	c.sameReplicas(chunk)
+	// A chunk never written reads as empty.
+	if got, _, err := cl.read(ctx, ChunkID{Inode: 101}, 0, 100); err != nil || len(got) != 0 {
+		t.Fatalf("read of a hole: %d bytes, %v", len(got), err)
+	}
+}
+
+func TestChainRefusesStaleAndMisrouted(t *testing.T) {
+	c := newCluster(t, 3)
+	cl := c.client("client")
+	ctx := ctxT(t, 10*time.Second)
+	copy(cl.buf, "hello")
+	rb := cl.mr.Remote(0, 5)
+	req := &storagepb.UpdateRequest{Chain: uint32(testChain), ChainVer: 7, Chunk: ChunkID{Inode: 1}.Proto(), Length: 5, Crc: CRC([]byte("hello")),
+		Src: &storagepb.RemoteBuf{Node: string(rb.Node), Key: rb.Key, Offset: rb.Offset, Len: rb.Len}, Target: 1, Client: 1, Seq: 1}
+	var resp storagepb.UpdateReply
+	if err := cl.ep.Call(ctx, c.eps[0].ID(), MethodUpdate, req, &resp); !errors.Is(err, ErrStaleChainVersion) {
+		t.Fatalf("stale chain version: %v", err)
+	}
+	req.ChainVer, req.Target = 1, 2
+	if err := cl.ep.Call(ctx, c.eps[1].ID(), MethodUpdate, req, &resp); !errors.Is(err, ErrNotHead) {
+		t.Fatalf("client write to the middle: %v", err)
+	}
+	req.Target, req.Crc = 1, 12345
+	if err := cl.ep.Call(ctx, c.eps[0].ID(), MethodUpdate, req, &resp); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("bytes that fail their CRC: %v", err)
+	}
+	if m, _ := c.engines[0].Meta(ChunkID{Inode: 1}); m.Committed != nil || m.Pending != nil {
+		t.Fatal("a refused update left a version")
+	}
+}
+
+// TestRetryAppliedOnce: the head's reply is lost, the client retries with
+// the same sequence number, and the update is applied once.
+func TestRetryAppliedOnce(t *testing.T) {
+	c := newCluster(t, 3)
+	cl := c.client("client")
+	ctx := ctxT(t, 10*time.Second)
+	c.net.Add(faulty.Rule{Method: MethodUpdate, To: c.eps[0].ID(), Action: faulty.DropReply, Count: 1})
+	v, err := cl.write(ctx, ChunkID{Inode: 5}, 0, []byte("once"), true)
+	if err != nil || v != 1 {
+		t.Fatalf("write with a lost reply: version %d, %v", v, err)
+	}
+	if m, _ := c.engines[2].Meta(ChunkID{Inode: 5}); m.Committed.GetVer() != 1 {
+		t.Fatalf("tail at version %d, want 1", m.Committed.GetVer())
+	}
+}
+
+// TestChainFailover: each of head, middle and tail in turn fails while
+// writes go on; mgmtd's move (here, by hand) takes it out of the chain; no
+// acknowledged write is lost and the survivors agree.
+func TestChainFailover(t *testing.T) {
+	for victim := 1; victim <= 3; victim++ {
+		t.Run(fmt.Sprintf("target=%d", victim), func(t *testing.T) {
+			c := newCluster(t, 3)
+			cl := c.client("client")
+			ctx := ctxT(t, 60*time.Second)
+			chunk := ChunkID{Inode: 9}
+			var acked atomic.Uint64
+			done := make(chan error, 1)
+			go func() {
+				for i := uint64(1); i <= 60; i++ {
+					var b [8]byte
+					binary.LittleEndian.PutUint64(b[:], i)
+					if _, err := cl.write(ctx, chunk, 0, b[:], true); err != nil {
+						done <- fmt.Errorf("write %d: %w", i, err)
+						return
+					}
+					acked.Store(i)
+				}
+				done <- nil
+			}()
+			for acked.Load() < 20 {
+				time.Sleep(time.Millisecond)
+			}
+			heal := c.net.Isolate(c.eps[victim-1].ID())
+			defer heal()
+			time.Sleep(100 * time.Millisecond) // writes stall on the dead target
+			c.routing.SetOffline(TargetID(victim))
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			got, _, err := cl.read(ctx, chunk, 0, 8)
+			if err != nil || binary.LittleEndian.Uint64(got) != 60 {
+				t.Fatalf("after failover: %v %v", got, err)
+			}
+			c.sameReplicas(chunk)
+		})
+	}
+}
+
+// TestLinearizable: 8 clients write and read 3 chunks while a target fails;
+// the history, each chunk a register, must be linearizable. Writes that
+// fail or time out are recorded as open-ended: they may or may not have
+// taken effect.
+func TestLinearizable(t *testing.T) {
+	for victim := 1; victim <= 3; victim++ {
+		t.Run(fmt.Sprintf("fail=%d", victim), func(t *testing.T) { linearizable(t, victim) })
+	}
+}
+
+// regInput is an operation on one chunk seen as a register.
+type regInput struct {
+	chunk int
+	write bool
+	value uint64
+}
+
+// registerModel: each chunk a register holding the last value written.
+func registerModel(chunks int) porcupine.Model {
+	return porcupine.Model{
+		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+			parts := make([][]porcupine.Operation, chunks)
+			for _, op := range h {
+				k := op.Input.(regInput).chunk
+				parts[k] = append(parts[k], op)
+			}
+			return parts
+		},
+		Init: func() interface{} { return uint64(0) },
+		Step: func(state, in, out interface{}) (bool, interface{}) {
+			i := in.(regInput)
+			if i.write {
+				return true, i.value
+			}
+			return out.(uint64) == state.(uint64), state
+		},
+		Equal: func(a, b interface{}) bool { return a == b },
+	}
+}
+
+// TestRegisterModelCatchesStaleRead: the checker set-up used above does
+// reject a history with a stale read, so its approval means something.
+func TestRegisterModelCatchesStaleRead(t *testing.T) {
+	h := []porcupine.Operation{
+		{Input: regInput{write: true, value: 1}, Call: 0, Return: 10},
+		{Input: regInput{write: true, value: 2}, Call: 20, Return: 30},
+		{Input: regInput{}, Call: 40, Output: uint64(1), Return: 50},
+	}
+	if porcupine.CheckOperations(registerModel(1), h) {
+		t.Fatal("a stale read passed as linearizable")
+	}
+	h[2].Output = uint64(2)
+	if !porcupine.CheckOperations(registerModel(1), h) {
+		t.Fatal("a correct history failed")
+	}
+}
+
+func linearizable(t *testing.T, victim int) {
+	c := newCluster(t, 3)
+	const clients, chunks = 8, 3
+	type input = regInput
+	var mu sync.Mutex
+	var history []porcupine.Operation
+	start := time.Now()
+	now := func() int64 { return int64(time.Since(start)) }
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for ci := 0; ci < clients; ci++ {
+		cl := c.client(fmt.Sprintf("client-%d", ci))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(ci), 1))
+			for seq := uint64(1); ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				in := input{chunk: rng.IntN(chunks), write: rng.IntN(2) == 0, value: uint64(ci)<<32 | seq}
+				chunk := ChunkID{Inode: 1000, Index: uint32(in.chunk)}
+				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				call := now()
+				var out uint64
+				var err error
+				if in.write {
+					var b [8]byte
+					binary.LittleEndian.PutUint64(b[:], in.value)
+					_, err = cl.write(ctx, chunk, 0, b[:], true)
+				} else {
+					var got []byte
+					got, _, err = cl.read(ctx, chunk, 0, 8)
+					if err == nil && len(got) == 8 {
+						out = binary.LittleEndian.Uint64(got)
+					} else if err == nil && len(got) != 0 {
+						err = fmt.Errorf("read %d bytes", len(got))
+					}
+				}
+				ret := now()
+				cancel()
+				if err != nil {
+					if !in.write {
+						continue // a failed read observed nothing
+					}
+					ret = 1 << 62 // may have happened at any time from now on
+				}
+				mu.Lock()
+				history = append(history, porcupine.Operation{ClientId: ci, Input: in, Call: call, Output: out, Return: ret})
+				mu.Unlock()
+			}
+		}()
+	}
+	time.Sleep(700 * time.Millisecond)
+	heal := c.net.Isolate(c.eps[victim-1].ID())
+	time.Sleep(100 * time.Millisecond)
+	c.routing.SetOffline(TargetID(victim))
+	time.Sleep(700 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	heal()
+
+	model := registerModel(chunks)
+	writes := 0
+	for _, op := range history {
+		if op.Input.(input).write {
+			writes++
+		}
+	}
+	if writes < 50 || len(history)-writes < 50 {
+		t.Fatalf("history too thin to mean anything: %d writes, %d reads", writes, len(history)-writes)
+	}
+	res := porcupine.CheckOperationsTimeout(model, history, 60*time.Second)
+	if res != porcupine.Ok {
+		t.Fatalf("history of %d operations is not linearizable (%v)", len(history), res)
+	}
+	t.Logf("%d operations (%d writes) linearizable", len(history), writes)
+}

@@ -1,0 +1,446 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/proto/storagepb"
+)
+
+// Fabric methods a storage node serves.
+const (
+	MethodUpdate = "storage.Update"
+	MethodRead   = "storage.Read"
+	MethodQuery  = "storage.Query"
+)
+
+// NodeConfig configures a storage node. Zero fields take the defaults.
+type NodeConfig struct {
+	// Endpoint is the node's fabric endpoint. Required.
+	Endpoint fabric.Endpoint
+	// Routing says which chains the node's targets are in. Required.
+	Routing RoutingProvider
+	// Targets are the node's targets. Required.
+	Targets map[TargetID]*Engine
+	// Buffers and BufferSize make the budget for update data the node has
+	// pulled and not yet stored and forwarded: Buffers x BufferSize bytes,
+	// registered once (defaults 32 x 4 MiB). An update waits for a buffer;
+	// a client can never make the node hold more than this.
+	Buffers, BufferSize int
+	// ForwardTimeout bounds one attempt to forward an update to a successor
+	// before the node waits for new routing and tries again (default 5s).
+	ForwardTimeout time.Duration
+	// MaxReadBatch bounds the bytes one read request may ask for (default 64 MiB).
+	MaxReadBatch int
+	// Logger (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Node is a storage node: it serves its targets' chunks over fabric and
+// replicates updates along chains with CRAQ. See the package doc.
+type Node struct {
+	cfg     NodeConfig
+	ep      fabric.Endpoint
+	routing RoutingProvider
+	log     *slog.Logger
+
+	bufs   []byte
+	mr     fabric.MR
+	free   chan int
+	chunks keyedMutex
+	seen   *dedupe
+}
+
+// NewNode starts serving cfg.Targets on cfg.Endpoint.
+func NewNode(cfg NodeConfig) (*Node, error) {
+	if cfg.Endpoint == nil || cfg.Routing == nil || len(cfg.Targets) == 0 {
+		return nil, errors.New("storage node: endpoint, routing and targets are required")
+	}
+	if cfg.Buffers <= 0 {
+		cfg.Buffers = 32
+	}
+	if cfg.BufferSize <= 0 {
+		cfg.BufferSize = 4 << 20
+	}
+	if cfg.ForwardTimeout <= 0 {
+		cfg.ForwardTimeout = 5 * time.Second
+	}
+	if cfg.MaxReadBatch <= 0 {
+		cfg.MaxReadBatch = 64 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	n := &Node{cfg: cfg, ep: cfg.Endpoint, routing: cfg.Routing, log: cfg.Logger.With("node", string(cfg.Endpoint.ID())),
+		free: make(chan int, cfg.Buffers), seen: newDedupe(1 << 16)}
+	n.bufs = make([]byte, cfg.Buffers*cfg.BufferSize)
+	mr, err := n.ep.RegisterMemory(n.bufs, fabric.AccessRemoteRead)
+	if err != nil {
+		return nil, fmt.Errorf("storage node: register buffers: %w", err)
+	}
+	n.mr = mr
+	for i := 0; i < cfg.Buffers; i++ {
+		n.free <- i
+	}
+	fabric.Handle(n.ep, MethodUpdate, n.update)
+	fabric.Handle(n.ep, MethodRead, n.read)
+	fabric.Handle(n.ep, MethodQuery, n.query)
+	return n, nil
+}
+
+// Close releases the node's buffers. The endpoint and engines are the
+// caller's to close.
+func (n *Node) Close() error { return n.mr.Deregister() }
+
+// route checks a request's chain version against the node's routing and
+// that target is one of this node's targets in the chain.
+func (n *Node) route(chainID uint32, chainVer uint64, target uint32) (Chain, *Engine, error) {
+	r := n.routing.Routing()
+	c, ok := r.Chains[ChainID(chainID)]
+	if !ok {
+		return Chain{}, nil, fmt.Errorf("%w: no chain %d", ErrStaleChainVersion, chainID)
+	}
+	if c.Version != chainVer {
+		return Chain{}, nil, fmt.Errorf("chain %d at version %d, request has %d: %w", chainID, c.Version, chainVer, ErrStaleChainVersion)
+	}
+	e := n.cfg.Targets[TargetID(target)]
+	if _, _, in := c.position(TargetID(target)); !in || e == nil {
+		return Chain{}, nil, fmt.Errorf("target %d not in chain %d v%d here: %w", target, chainID, chainVer, ErrStaleChainVersion)
+	}
+	return c, e, nil
+}
+
+func (n *Node) buffer(ctx context.Context) (int, []byte, error) {
+	select {
+	case i := <-n.free:
+		return i, n.bufs[i*n.cfg.BufferSize : (i+1)*n.cfg.BufferSize], nil
+	case <-ctx.Done():
+		return 0, nil, fmt.Errorf("waiting for an update buffer: %w", ctx.Err())
+	}
+}
+
+// update handles an UpdateRequest: from a client at the head, or forwarded
+// by a predecessor.
+func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.UpdateRequest) (*storagepb.UpdateReply, error) {
+	chain, _, err := n.route(req.Chain, req.ChainVer, req.Target)
+	if err != nil {
+		return nil, err
+	}
+	if req.UpdateVer == 0 {
+		if chain.Targets[0] != TargetID(req.Target) {
+			return nil, fmt.Errorf("chain %d: target %d: %w", req.Chain, req.Target, ErrNotHead)
+		}
+		// A client's retry of an update already done gets the same answer.
+		return n.seen.do(dedupeKey{req.Client, req.Seq}, func() (*storagepb.UpdateReply, error) {
+			return n.apply(ctx, req)
+		})
+	}
+	return n.apply(ctx, req)
+}
+
+// apply pulls the update's bytes, stores them as a pending version,
+// forwards them down the chain and commits once the rest of the chain has.
+func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storagepb.UpdateReply, error) {
+	if int(req.Length) > n.cfg.BufferSize || req.Src.GetLen() != req.Length {
+		return nil, fmt.Errorf("update of %d bytes (source %d): %w", req.Length, req.Src.GetLen(), ErrTooLarge)
+	}
+	slot, buf, err := n.buffer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { n.free <- slot }()
+	data := buf[:req.Length]
+	src := fabric.RemoteBuf{Node: fabric.NodeID(req.Src.Node), Key: req.Src.Key, Offset: req.Src.Offset, Len: req.Src.Len}
+	if err := n.ep.Read(ctx, src, data); err != nil {
+		return nil, fmt.Errorf("pull update: %w", err)
+	}
+	if CRC(data) != req.Crc {
+		return nil, fmt.Errorf("update of chunk %v: pulled bytes: %w", req.Chunk, ErrChecksum)
+	}
+	id := ChunkFromProto(req.Chunk)
+	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
+	defer unlock()
+	chain, e, err := n.route(req.Chain, req.ChainVer, req.Target)
+	if err != nil {
+		return nil, err
+	}
+	ver := req.UpdateVer
+	if ver == 0 {
+		m, err := e.Meta(id)
+		if err != nil {
+			return nil, err
+		}
+		ver = m.GetCommitted().GetVer() + 1
+	}
+	v, err := e.Prepare(id, ver, req.Offset, data, req.FullChunk, chain.Version)
+	if errors.Is(err, ErrVersion) {
+		// Already committed here: a forward retried after it succeeded.
+		if m, merr := e.Meta(id); merr == nil && m.GetCommitted().GetVer() >= ver {
+			return &storagepb.UpdateReply{CommitVer: m.Committed.Ver, ChunkLen: m.Committed.Length}, nil
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	fwd := &storagepb.UpdateRequest{
+		Chain: req.Chain, Chunk: req.Chunk, Offset: req.Offset, Length: req.Length, Crc: req.Crc,
+		UpdateVer: ver, FullChunk: req.FullChunk,
+		Src: &storagepb.RemoteBuf{Node: string(n.ep.ID()), Key: n.mr.Key(), Offset: uint64(slot * n.cfg.BufferSize), Len: req.Length},
+	}
+	if err := n.forward(ctx, TargetID(req.Target), fwd); err != nil {
+		return nil, err
+	}
+	if _, err := e.Commit(id, ver); err != nil {
+		return nil, err
+	}
+	return &storagepb.UpdateReply{CommitVer: ver, ChunkLen: v.Length}, nil
+}
+
+// forward sends an update to target's successor in its chain, retrying
+// against new routing when the successor fails, until the successor
+// acknowledges or target is the tail.
+func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.UpdateRequest) error {
+	for {
+		changed := n.routing.Changed()
+		r := n.routing.Routing()
+		c, ok := r.Chains[ChainID(req.Chain)]
+		_, succ, in := c.position(self)
+		if !ok || !in {
+			return fmt.Errorf("target %d left chain %d: %w", self, req.Chain, ErrStaleChainVersion)
+		}
+		if succ == 0 {
+			return nil // the tail: commit first
+		}
+		req.ChainVer, req.Target = c.Version, uint32(succ)
+		actx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
+		var resp storagepb.UpdateReply
+		err := n.ep.Call(actx, r.Targets[succ].Node, MethodUpdate, req, &resp)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if !retryable(err) || ctx.Err() != nil {
+			return fmt.Errorf("forward to target %d: %w", succ, err)
+		}
+		n.log.Debug("forward failed; waiting for routing", "chain", req.Chain, "successor", succ, "err", err)
+		select {
+		case <-changed:
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return fmt.Errorf("forward to target %d: %w", succ, ctx.Err())
+		}
+	}
+}
+
+// retryable reports errors that new routing may cure.
+func retryable(err error) bool {
+	return errors.Is(err, ErrStaleChainVersion) || errors.Is(err, ErrNotHead) || errors.Is(err, ErrUnavailable) ||
+		errors.Is(err, fabric.ErrPeerClosed) || errors.Is(err, fabric.ErrUnreachable) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNotCommitted)
+}
+
+// read serves a batch of reads and pushes the bytes into the caller's
+// buffers in one round trip.
+func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.ReadRequest) (*storagepb.ReadReply, error) {
+	total := 0
+	for _, e := range req.Entries {
+		total += int(e.Length)
+		if e.Dst.GetLen() < e.Length {
+			return nil, fmt.Errorf("%w: read of %d bytes into %d", fabric.ErrBadRequest, e.Length, e.Dst.GetLen())
+		}
+	}
+	if total > n.cfg.MaxReadBatch {
+		return nil, fmt.Errorf("%w: read batch of %d bytes, limit %d", fabric.ErrBadRequest, total, n.cfg.MaxReadBatch)
+	}
+	buf := make([]byte, total)
+	reply := &storagepb.ReadReply{Results: make([]*storagepb.ReadResult, len(req.Entries))}
+	var ops []fabric.Op
+	for i, e := range req.Entries {
+		data := buf[:e.Length]
+		buf = buf[e.Length:]
+		res := &storagepb.ReadResult{}
+		reply.Results[i] = res
+		got, ver, err := n.readEntry(ctx, e, req.FailIfDirty, data)
+		if err != nil {
+			res.Code, res.Error = uint32(fabric.CodeOf(err)), err.Error()
+			continue
+		}
+		res.Length, res.Version = uint32(got), ver
+		if got > 0 {
+			ops = append(ops, fabric.Op{
+				Remote: fabric.RemoteBuf{Node: fabric.NodeID(e.Dst.Node), Key: e.Dst.Key, Offset: e.Dst.Offset, Len: uint32(got)},
+				Local:  data[:got],
+			})
+		}
+	}
+	if err := n.ep.WriteBatch(ctx, ops); err != nil {
+		return nil, fmt.Errorf("push read data: %w", err)
+	}
+	return reply, nil
+}
+
+// readEntry reads one entry's committed bytes (CRAQ: a dirty chunk is
+// resolved by asking the tail which version is committed).
+func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirty bool, dst []byte) (int, uint64, error) {
+	chain, eng, err := n.route(e.Chain, e.ChainVer, e.Target)
+	if err != nil {
+		return 0, 0, err
+	}
+	if t := n.routing.Routing().Targets[TargetID(e.Target)]; t.State != Serving {
+		return 0, 0, fmt.Errorf("target %d is %v: %w", e.Target, t.State, ErrUnavailable)
+	}
+	id := ChunkFromProto(e.Chunk)
+	m, err := eng.Meta(id)
+	if err != nil {
+		return 0, 0, err
+	}
+	ver := uint64(0)
+	if p := m.GetPending(); p != nil && chain.Tail() != TargetID(e.Target) {
+		if failIfDirty {
+			return 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
+		}
+		tailVer, err := n.queryTail(ctx, chain, e.Chunk)
+		if err != nil {
+			return 0, 0, err
+		}
+		switch tailVer {
+		case p.Ver:
+			ver = p.Ver
+		case m.GetCommitted().GetVer():
+		default:
+			return 0, 0, fmt.Errorf("chunk %v: tail has version %d, here %d/%d: %w", id, tailVer, m.GetCommitted().GetVer(), p.Ver, ErrNotCommitted)
+		}
+	}
+	got, v, err := eng.ReadVersion(id, ver, e.Offset, dst)
+	if errors.Is(err, ErrNotFound) {
+		return 0, 0, nil // never written: a hole
+	}
+	if errors.Is(err, ErrVersion) {
+		// The version moved on (committed or replaced) since we looked.
+		return 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	return got, v.Ver, nil
+}
+
+func (n *Node) queryTail(ctx context.Context, c Chain, chunk *storagepb.ChunkID) (uint64, error) {
+	tail := c.Tail()
+	node := n.routing.Routing().Targets[tail].Node
+	var resp storagepb.QueryReply
+	err := n.ep.Call(ctx, node, MethodQuery, &storagepb.QueryRequest{Chain: uint32(c.ID), ChainVer: c.Version, Chunk: chunk, Target: uint32(tail)}, &resp)
+	if err != nil {
+		return 0, fmt.Errorf("ask tail %d: %w", tail, err)
+	}
+	return resp.CommitVer, nil
+}
+
+func (n *Node) query(ctx context.Context, peer fabric.NodeID, req *storagepb.QueryRequest) (*storagepb.QueryReply, error) {
+	_, e, err := n.route(req.Chain, req.ChainVer, req.Target)
+	if err != nil {
+		return nil, err
+	}
+	m, err := e.Meta(ChunkFromProto(req.Chunk))
+	if err != nil {
+		return nil, err
+	}
+	return &storagepb.QueryReply{CommitVer: m.GetCommitted().GetVer()}, nil
+}
+
+// lockKey names one target's copy of a chunk.
+type lockKey struct {
+	target TargetID
+	chunk  ChunkID
+}
+
+// keyedMutex serializes work per key with no false sharing between keys
+// (two targets of one chain may share a node).
+type keyedMutex struct {
+	mu    sync.Mutex
+	locks map[lockKey]*keyedEntry
+}
+
+type keyedEntry struct {
+	mu   sync.Mutex
+	refs int
+}
+
+func (k *keyedMutex) lock(key lockKey) (unlock func()) {
+	k.mu.Lock()
+	if k.locks == nil {
+		k.locks = make(map[lockKey]*keyedEntry)
+	}
+	e := k.locks[key]
+	if e == nil {
+		e = &keyedEntry{}
+		k.locks[key] = e
+	}
+	e.refs++
+	k.mu.Unlock()
+	e.mu.Lock()
+	return func() {
+		e.mu.Unlock()
+		k.mu.Lock()
+		if e.refs--; e.refs == 0 {
+			delete(k.locks, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// dedupeKey is a client's update: its id and sequence number.
+type dedupeKey struct{ client, seq uint64 }
+
+// dedupe remembers the outcome of recent client updates so that a retry is
+// answered, not applied twice; a retry that arrives while the first attempt
+// runs waits for it. Failed attempts are forgotten so they can be retried.
+type dedupe struct {
+	mu    sync.Mutex
+	max   int
+	order []dedupeKey
+	done  map[dedupeKey]*dedupeEntry
+}
+
+type dedupeEntry struct {
+	ready chan struct{}
+	reply *storagepb.UpdateReply
+	err   error
+}
+
+func newDedupe(max int) *dedupe { return &dedupe{max: max, done: make(map[dedupeKey]*dedupeEntry)} }
+
+func (d *dedupe) do(k dedupeKey, fn func() (*storagepb.UpdateReply, error)) (*storagepb.UpdateReply, error) {
+	d.mu.Lock()
+	if e := d.done[k]; e != nil {
+		d.mu.Unlock()
+		<-e.ready
+		if e.err == nil {
+			return e.reply, nil
+		}
+		return d.do(k, fn)
+	}
+	e := &dedupeEntry{ready: make(chan struct{})}
+	d.done[k] = e
+	d.order = append(d.order, k)
+	for len(d.order) > d.max {
+		delete(d.done, d.order[0])
+		d.order = d.order[1:]
+	}
+	d.mu.Unlock()
+	e.reply, e.err = fn()
+	if e.err != nil {
+		d.mu.Lock()
+		if d.done[k] == e {
+			delete(d.done, k)
+		}
+		d.mu.Unlock()
+	}
+	close(e.ready)
+	return e.reply, e.err
+}
