@@ -850,6 +850,342 @@ func (x *ChunkMeta) GetChainVer() uint64 {
 	return 0
 }
 
+// SyncListRequest asks a syncing target for a page of its chunks' versions,
+// so that its predecessor can tell which to send.
+type SyncListRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chain         uint32                 `protobuf:"varint,1,opt,name=chain,proto3" json:"chain,omitempty"`
+	ChainVer      uint64                 `protobuf:"varint,2,opt,name=chain_ver,json=chainVer,proto3" json:"chain_ver,omitempty"`
+	Target        uint32                 `protobuf:"varint,3,opt,name=target,proto3" json:"target,omitempty"`
+	After         *ChunkID               `protobuf:"bytes,4,opt,name=after,proto3" json:"after,omitempty"` // exclusive; absent: from the start
+	Limit         uint32                 `protobuf:"varint,5,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncListRequest) Reset() {
+	*x = SyncListRequest{}
+	mi := &file_storage_v1_storage_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncListRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncListRequest) ProtoMessage() {}
+
+func (x *SyncListRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncListRequest.ProtoReflect.Descriptor instead.
+func (*SyncListRequest) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SyncListRequest) GetChain() uint32 {
+	if x != nil {
+		return x.Chain
+	}
+	return 0
+}
+
+func (x *SyncListRequest) GetChainVer() uint64 {
+	if x != nil {
+		return x.ChainVer
+	}
+	return 0
+}
+
+func (x *SyncListRequest) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *SyncListRequest) GetAfter() *ChunkID {
+	if x != nil {
+		return x.After
+	}
+	return nil
+}
+
+func (x *SyncListRequest) GetLimit() uint32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+type SyncEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chunk         *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Ver           uint64                 `protobuf:"varint,2,opt,name=ver,proto3" json:"ver,omitempty"`
+	Crc           uint32                 `protobuf:"varint,3,opt,name=crc,proto3" json:"crc,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncEntry) Reset() {
+	*x = SyncEntry{}
+	mi := &file_storage_v1_storage_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncEntry) ProtoMessage() {}
+
+func (x *SyncEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncEntry.ProtoReflect.Descriptor instead.
+func (*SyncEntry) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SyncEntry) GetChunk() *ChunkID {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *SyncEntry) GetVer() uint64 {
+	if x != nil {
+		return x.Ver
+	}
+	return 0
+}
+
+func (x *SyncEntry) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
+type SyncListReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*SyncEntry           `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	More          bool                   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncListReply) Reset() {
+	*x = SyncListReply{}
+	mi := &file_storage_v1_storage_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncListReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncListReply) ProtoMessage() {}
+
+func (x *SyncListReply) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncListReply.ProtoReflect.Descriptor instead.
+func (*SyncListReply) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SyncListReply) GetEntries() []*SyncEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+func (x *SyncListReply) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+// SyncWriteRequest replaces a syncing target's chunk with the predecessor's
+// committed version (pulled from src), or removes it.
+type SyncWriteRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chain         uint32                 `protobuf:"varint,1,opt,name=chain,proto3" json:"chain,omitempty"`
+	ChainVer      uint64                 `protobuf:"varint,2,opt,name=chain_ver,json=chainVer,proto3" json:"chain_ver,omitempty"`
+	Target        uint32                 `protobuf:"varint,3,opt,name=target,proto3" json:"target,omitempty"`
+	Chunk         *ChunkID               `protobuf:"bytes,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Ver           uint64                 `protobuf:"varint,5,opt,name=ver,proto3" json:"ver,omitempty"`
+	Length        uint32                 `protobuf:"varint,6,opt,name=length,proto3" json:"length,omitempty"`
+	Crc           uint32                 `protobuf:"varint,7,opt,name=crc,proto3" json:"crc,omitempty"`
+	Src           *RemoteBuf             `protobuf:"bytes,8,opt,name=src,proto3" json:"src,omitempty"`
+	Remove        bool                   `protobuf:"varint,9,opt,name=remove,proto3" json:"remove,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncWriteRequest) Reset() {
+	*x = SyncWriteRequest{}
+	mi := &file_storage_v1_storage_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncWriteRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncWriteRequest) ProtoMessage() {}
+
+func (x *SyncWriteRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncWriteRequest.ProtoReflect.Descriptor instead.
+func (*SyncWriteRequest) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SyncWriteRequest) GetChain() uint32 {
+	if x != nil {
+		return x.Chain
+	}
+	return 0
+}
+
+func (x *SyncWriteRequest) GetChainVer() uint64 {
+	if x != nil {
+		return x.ChainVer
+	}
+	return 0
+}
+
+func (x *SyncWriteRequest) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *SyncWriteRequest) GetChunk() *ChunkID {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+func (x *SyncWriteRequest) GetVer() uint64 {
+	if x != nil {
+		return x.Ver
+	}
+	return 0
+}
+
+func (x *SyncWriteRequest) GetLength() uint32 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+func (x *SyncWriteRequest) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
+func (x *SyncWriteRequest) GetSrc() *RemoteBuf {
+	if x != nil {
+		return x.Src
+	}
+	return nil
+}
+
+func (x *SyncWriteRequest) GetRemove() bool {
+	if x != nil {
+		return x.Remove
+	}
+	return false
+}
+
+type SyncWriteReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncWriteReply) Reset() {
+	*x = SyncWriteReply{}
+	mi := &file_storage_v1_storage_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncWriteReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncWriteReply) ProtoMessage() {}
+
+func (x *SyncWriteReply) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncWriteReply.ProtoReflect.Descriptor instead.
+func (*SyncWriteReply) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{16}
+}
+
 var File_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_storage_v1_storage_proto_rawDesc = "" +
@@ -924,7 +1260,31 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\tChunkMeta\x128\n" +
 	"\tcommitted\x18\x01 \x01(\v2\x1a.sluice.storage.v1.VersionR\tcommitted\x124\n" +
 	"\apending\x18\x02 \x01(\v2\x1a.sluice.storage.v1.VersionR\apending\x12\x1b\n" +
-	"\tchain_ver\x18\x03 \x01(\x04R\bchainVerB,Z*github.com/sluicefs/sluice/proto/storagepbb\x06proto3"
+	"\tchain_ver\x18\x03 \x01(\x04R\bchainVer\"\xa4\x01\n" +
+	"\x0fSyncListRequest\x12\x14\n" +
+	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x1b\n" +
+	"\tchain_ver\x18\x02 \x01(\x04R\bchainVer\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\rR\x06target\x120\n" +
+	"\x05after\x18\x04 \x01(\v2\x1a.sluice.storage.v1.ChunkIDR\x05after\x12\x14\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"a\n" +
+	"\tSyncEntry\x120\n" +
+	"\x05chunk\x18\x01 \x01(\v2\x1a.sluice.storage.v1.ChunkIDR\x05chunk\x12\x10\n" +
+	"\x03ver\x18\x02 \x01(\x04R\x03ver\x12\x10\n" +
+	"\x03crc\x18\x03 \x01(\rR\x03crc\"[\n" +
+	"\rSyncListReply\x126\n" +
+	"\aentries\x18\x01 \x03(\v2\x1c.sluice.storage.v1.SyncEntryR\aentries\x12\x12\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"\x93\x02\n" +
+	"\x10SyncWriteRequest\x12\x14\n" +
+	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x1b\n" +
+	"\tchain_ver\x18\x02 \x01(\x04R\bchainVer\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\rR\x06target\x120\n" +
+	"\x05chunk\x18\x04 \x01(\v2\x1a.sluice.storage.v1.ChunkIDR\x05chunk\x12\x10\n" +
+	"\x03ver\x18\x05 \x01(\x04R\x03ver\x12\x16\n" +
+	"\x06length\x18\x06 \x01(\rR\x06length\x12\x10\n" +
+	"\x03crc\x18\a \x01(\rR\x03crc\x12.\n" +
+	"\x03src\x18\b \x01(\v2\x1c.sluice.storage.v1.RemoteBufR\x03src\x12\x16\n" +
+	"\x06remove\x18\t \x01(\bR\x06remove\"\x10\n" +
+	"\x0eSyncWriteReplyB,Z*github.com/sluicefs/sluice/proto/storagepbb\x06proto3"
 
 var (
 	file_storage_v1_storage_proto_rawDescOnce sync.Once
@@ -938,20 +1298,25 @@ func file_storage_v1_storage_proto_rawDescGZIP() []byte {
 	return file_storage_v1_storage_proto_rawDescData
 }
 
-var file_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
 var file_storage_v1_storage_proto_goTypes = []any{
-	(*ChunkID)(nil),       // 0: sluice.storage.v1.ChunkID
-	(*RemoteBuf)(nil),     // 1: sluice.storage.v1.RemoteBuf
-	(*UpdateRequest)(nil), // 2: sluice.storage.v1.UpdateRequest
-	(*UpdateReply)(nil),   // 3: sluice.storage.v1.UpdateReply
-	(*ReadEntry)(nil),     // 4: sluice.storage.v1.ReadEntry
-	(*ReadRequest)(nil),   // 5: sluice.storage.v1.ReadRequest
-	(*ReadResult)(nil),    // 6: sluice.storage.v1.ReadResult
-	(*ReadReply)(nil),     // 7: sluice.storage.v1.ReadReply
-	(*QueryRequest)(nil),  // 8: sluice.storage.v1.QueryRequest
-	(*QueryReply)(nil),    // 9: sluice.storage.v1.QueryReply
-	(*Version)(nil),       // 10: sluice.storage.v1.Version
-	(*ChunkMeta)(nil),     // 11: sluice.storage.v1.ChunkMeta
+	(*ChunkID)(nil),          // 0: sluice.storage.v1.ChunkID
+	(*RemoteBuf)(nil),        // 1: sluice.storage.v1.RemoteBuf
+	(*UpdateRequest)(nil),    // 2: sluice.storage.v1.UpdateRequest
+	(*UpdateReply)(nil),      // 3: sluice.storage.v1.UpdateReply
+	(*ReadEntry)(nil),        // 4: sluice.storage.v1.ReadEntry
+	(*ReadRequest)(nil),      // 5: sluice.storage.v1.ReadRequest
+	(*ReadResult)(nil),       // 6: sluice.storage.v1.ReadResult
+	(*ReadReply)(nil),        // 7: sluice.storage.v1.ReadReply
+	(*QueryRequest)(nil),     // 8: sluice.storage.v1.QueryRequest
+	(*QueryReply)(nil),       // 9: sluice.storage.v1.QueryReply
+	(*Version)(nil),          // 10: sluice.storage.v1.Version
+	(*ChunkMeta)(nil),        // 11: sluice.storage.v1.ChunkMeta
+	(*SyncListRequest)(nil),  // 12: sluice.storage.v1.SyncListRequest
+	(*SyncEntry)(nil),        // 13: sluice.storage.v1.SyncEntry
+	(*SyncListReply)(nil),    // 14: sluice.storage.v1.SyncListReply
+	(*SyncWriteRequest)(nil), // 15: sluice.storage.v1.SyncWriteRequest
+	(*SyncWriteReply)(nil),   // 16: sluice.storage.v1.SyncWriteReply
 }
 var file_storage_v1_storage_proto_depIdxs = []int32{
 	0,  // 0: sluice.storage.v1.UpdateRequest.chunk:type_name -> sluice.storage.v1.ChunkID
@@ -963,11 +1328,16 @@ var file_storage_v1_storage_proto_depIdxs = []int32{
 	0,  // 6: sluice.storage.v1.QueryRequest.chunk:type_name -> sluice.storage.v1.ChunkID
 	10, // 7: sluice.storage.v1.ChunkMeta.committed:type_name -> sluice.storage.v1.Version
 	10, // 8: sluice.storage.v1.ChunkMeta.pending:type_name -> sluice.storage.v1.Version
-	9,  // [9:9] is the sub-list for method output_type
-	9,  // [9:9] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	0,  // 9: sluice.storage.v1.SyncListRequest.after:type_name -> sluice.storage.v1.ChunkID
+	0,  // 10: sluice.storage.v1.SyncEntry.chunk:type_name -> sluice.storage.v1.ChunkID
+	13, // 11: sluice.storage.v1.SyncListReply.entries:type_name -> sluice.storage.v1.SyncEntry
+	0,  // 12: sluice.storage.v1.SyncWriteRequest.chunk:type_name -> sluice.storage.v1.ChunkID
+	1,  // 13: sluice.storage.v1.SyncWriteRequest.src:type_name -> sluice.storage.v1.RemoteBuf
+	14, // [14:14] is the sub-list for method output_type
+	14, // [14:14] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_storage_v1_storage_proto_init() }
@@ -981,7 +1351,7 @@ func file_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storage_v1_storage_proto_rawDesc), len(file_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   17,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

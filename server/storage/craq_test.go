@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -58,7 +59,7 @@ func newCluster(t *testing.T, replicas int) *cluster {
 	c.routing = NewStaticRouting(r)
 	for i, ep := range c.eps {
 		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[TargetID]*Engine{TargetID(i + 1): c.engines[i]},
-			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet})
+			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: c.synced})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,6 +67,31 @@ func newCluster(t *testing.T, replicas int) *cluster {
 		c.nodes = append(c.nodes, n)
 	}
 	return c
+}
+
+// synced is mgmtd's part when a target has caught up: it serves again.
+func (c *cluster) synced(chain ChainID, target TargetID) {
+	c.routing.Update(func(r *Routing) {
+		t := r.Targets[target]
+		t.State = Serving
+		r.Targets[target] = t
+		ch := r.Chains[chain]
+		ch.Version++
+		r.Chains[chain] = ch
+	})
+}
+
+// rejoin brings an offline target back at its chain's end, syncing.
+func (c *cluster) rejoin(target TargetID) {
+	c.routing.Update(func(r *Routing) {
+		t := r.Targets[target]
+		t.State = Syncing
+		r.Targets[target] = t
+		ch := r.Chains[testChain]
+		ch.Targets = append(ch.Targets, target)
+		ch.Version++
+		r.Chains[testChain] = ch
+	})
 }
 
 // testClient is a storage client with a registered buffer.
@@ -121,6 +147,9 @@ func (c *cluster) sameReplicas(chunk ChunkID) {
 		e := c.engines[tid-1]
 		buf := make([]byte, 1<<20)
 		n, v, err := e.Read(chunk, 0, buf)
+		if errors.Is(err, ErrNotFound) {
+			n, v, err = 0, &storagepb.Version{}, nil
+		}
 		if err != nil {
 			c.t.Fatalf("target %d: %v", tid, err)
 		}
@@ -382,4 +411,78 @@ func linearizable(t *testing.T, victim int) {
 		t.Fatalf("history of %d operations is not linearizable (%v)", len(history), res)
 	}
 	t.Logf("%d operations (%d writes) linearizable", len(history), writes)
+}
+
+// TestResync: the middle target dies, writes go on (full chunks and
+// patches, plus a chunk removed meanwhile), it comes back as syncing, is
+// brought in line while writes continue, and serves again; then every
+// replica holds the same versions and bytes.
+func TestResync(t *testing.T) {
+	c := newCluster(t, 3)
+	cl := c.client("client")
+	ctx := ctxT(t, 60*time.Second)
+	const chunks = 12
+	chunk := func(i int) ChunkID { return ChunkID{Inode: 77, Index: uint32(i)} }
+	writeRound := func(round int) {
+		for i := 0; i < chunks; i++ {
+			data := fabrictest.RandBytes(uint64(round*100+i), 20<<10)
+			off, full := uint32(0), true
+			if (round+i)%3 == 1 {
+				off, full, data = uint32(round*512%(16<<10)), false, data[:3000]
+			}
+			if _, err := cl.write(ctx, chunk(i), off, data, full); err != nil {
+				t.Fatalf("round %d chunk %d: %v", round, i, err)
+			}
+		}
+	}
+	writeRound(0)
+	writeRound(1)
+	heal := c.net.Isolate(c.eps[1].ID())
+	c.routing.SetOffline(2)
+	writeRound(2)
+	writeRound(3)
+	// A chunk removed while the target was away (as the collector would).
+	for _, e := range []*Engine{c.engines[0], c.engines[2]} {
+		if err := e.Remove(chunk(chunks - 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	heal()
+	c.rejoin(2)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for round := 4; round < 8; round++ {
+			for i := 0; i < chunks-1; i++ {
+				data := fabrictest.RandBytes(uint64(round*100+i), 4000)
+				if _, err := cl.write(ctx, chunk(i), uint32(round*700), data, false); err != nil {
+					t.Errorf("write during sync: %v", err)
+					return
+				}
+			}
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for c.routing.Routing().Targets[2].State != Serving {
+		if time.Now().After(deadline) {
+			t.Fatal("target 2 never finished syncing")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	<-done
+	if got := c.routing.Routing().Chains[testChain].Targets; !slices.Equal(got, []TargetID{1, 3, 2}) {
+		t.Fatalf("chain %v after resync", got)
+	}
+	for i := 0; i < chunks; i++ {
+		c.sameReplicas(chunk(i))
+	}
+	if _, _, err := c.engines[1].Read(chunk(chunks-1), 0, make([]byte, 1)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("chunk removed meanwhile still on the synced target: %v", err)
+	}
+	// And it serves reads again.
+	for i := 0; i < 3; i++ {
+		if _, _, err := cl.read(ctx, chunk(0), 0, 100); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -221,10 +221,7 @@ func (e *Engine) Prepare(id ChunkID, ver uint64, off uint32, data []byte, full b
 		copy(content, base)
 		copy(content[off:], data)
 	}
-	v := &storagepb.Version{Ver: ver, Length: uint32(len(content)), Crc: CRC(content)}
-	for b := 0; b < len(content); b += blockSize {
-		v.BlockCrcs = append(v.BlockCrcs, CRC(content[b:min(b+blockSize, len(content))]))
-	}
+	v := newVersion(ver, content)
 	stored := content
 	if e.cfg.Compress && len(content) > 0 {
 		if enc := s2.Encode(nil, content); len(enc) <= len(content)-len(content)/8 {
@@ -276,6 +273,57 @@ func diskError(id ChunkID, err error) error {
 		return fmt.Errorf("chunk %v: %w: %v", id, ErrNoSpace, err)
 	}
 	return fmt.Errorf("chunk %v: %w", id, err)
+}
+
+// Replace makes data version ver of the chunk, committed at once, whatever
+// the chunk held: resync's full-chunk replacement from a chain predecessor.
+func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
+	if len(data) > e.cfg.MaxChunkSize {
+		return fmt.Errorf("chunk %v: %w", id, ErrTooLarge)
+	}
+	mu := e.lock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	m, err := e.Meta(id)
+	if err != nil {
+		return err
+	}
+	v := newVersion(ver, data)
+	// A new file name even when ver is the version held now: files are
+	// never written in place.
+	old := []*storagepb.Version{m.GetCommitted(), m.GetPending()}
+	for _, o := range old {
+		if o != nil && o.Ver == ver {
+			if err := e.fs.Remove(join(e.chunks, id.fileName(ver))); err != nil && !isNotExist(err) {
+				return diskError(id, err)
+			}
+			m.Committed, m.Pending = nil, nil
+			if err := e.putMeta(id, m); err != nil {
+				return err
+			}
+		}
+	}
+	if err := e.writeFile(id, ver, data); err != nil {
+		return err
+	}
+	if err := e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer}); err != nil {
+		return err
+	}
+	for _, o := range old {
+		if o != nil && o.Ver != ver {
+			e.fs.Remove(join(e.chunks, id.fileName(o.Ver)))
+		}
+	}
+	return nil
+}
+
+// newVersion describes uncompressed content as version ver.
+func newVersion(ver uint64, content []byte) *storagepb.Version {
+	v := &storagepb.Version{Ver: ver, Length: uint32(len(content)), Crc: CRC(content), Stored: uint32(len(content))}
+	for b := 0; b < len(content); b += blockSize {
+		v.BlockCrcs = append(v.BlockCrcs, CRC(content[b:min(b+blockSize, len(content))]))
+	}
+	return v
 }
 
 // Commit makes version ver, prepared before, the committed one. Committing

@@ -37,6 +37,9 @@ type NodeConfig struct {
 	ForwardTimeout time.Duration
 	// MaxReadBatch bounds the bytes one read request may ask for (default 64 MiB).
 	MaxReadBatch int
+	// OnSynced is called when this node has brought a syncing successor in
+	// sync, so that mgmtd can let it serve (optional; mgmtd plugs in here).
+	OnSynced func(chain ChainID, target TargetID)
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -54,6 +57,12 @@ type Node struct {
 	free   chan int
 	chunks keyedMutex
 	seen   *dedupe
+
+	ctx     context.Context // ends with Close; owns the sync goroutines
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	syncMu  sync.Mutex
+	syncing map[syncKey]bool
 }
 
 // NewNode starts serving cfg.Targets on cfg.Endpoint.
@@ -90,12 +99,22 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	fabric.Handle(n.ep, MethodUpdate, n.update)
 	fabric.Handle(n.ep, MethodRead, n.read)
 	fabric.Handle(n.ep, MethodQuery, n.query)
+	fabric.Handle(n.ep, MethodSyncList, n.syncList)
+	fabric.Handle(n.ep, MethodSyncWrite, n.syncWrite)
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.syncing = make(map[syncKey]bool)
+	n.wg.Add(1)
+	go n.watchRouting()
 	return n, nil
 }
 
-// Close releases the node's buffers. The endpoint and engines are the
-// caller's to close.
-func (n *Node) Close() error { return n.mr.Deregister() }
+// Close stops the node's background work and releases its buffers. The
+// endpoint and engines are the caller's to close.
+func (n *Node) Close() error {
+	n.cancel()
+	n.wg.Wait()
+	return n.mr.Deregister()
+}
 
 // route checks a request's chain version against the node's routing and
 // that target is one of this node's targets in the chain.
@@ -189,10 +208,26 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	}
 	fwd := &storagepb.UpdateRequest{
 		Chain: req.Chain, Chunk: req.Chunk, Offset: req.Offset, Length: req.Length, Crc: req.Crc,
-		UpdateVer: ver, FullChunk: req.FullChunk,
-		Src: &storagepb.RemoteBuf{Node: string(n.ep.ID()), Key: n.mr.Key(), Offset: uint64(slot * n.cfg.BufferSize), Len: req.Length},
+		UpdateVer: ver, FullChunk: req.FullChunk, Src: n.remote(slot, req.Length),
 	}
-	if err := n.forward(ctx, TargetID(req.Target), fwd); err != nil {
+	full := func() (*storagepb.UpdateRequest, func(), error) {
+		// A syncing successor may lack the base a patch applies to: it gets
+		// the whole new version.
+		fslot, fbuf, err := n.buffer(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		got, _, err := e.ReadVersion(id, ver, 0, fbuf[:v.Length])
+		if err != nil {
+			n.free <- fslot
+			return nil, nil, err
+		}
+		return &storagepb.UpdateRequest{
+			Chain: req.Chain, Chunk: req.Chunk, Length: uint32(got), Crc: CRC(fbuf[:got]),
+			UpdateVer: ver, FullChunk: true, Src: n.remote(fslot, uint32(got)),
+		}, func() { n.free <- fslot }, nil
+	}
+	if err := n.forward(ctx, TargetID(req.Target), fwd, full); err != nil {
 		return nil, err
 	}
 	if _, err := e.Commit(id, ver); err != nil {
@@ -201,10 +236,23 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	return &storagepb.UpdateReply{CommitVer: ver, ChunkLen: v.Length}, nil
 }
 
+// remote names n bytes of buffer slot for a successor to pull.
+func (n *Node) remote(slot int, length uint32) *storagepb.RemoteBuf {
+	return &storagepb.RemoteBuf{Node: string(n.ep.ID()), Key: n.mr.Key(), Offset: uint64(slot * n.cfg.BufferSize), Len: length}
+}
+
 // forward sends an update to target's successor in its chain, retrying
 // against new routing when the successor fails, until the successor
-// acknowledges or target is the tail.
-func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.UpdateRequest) error {
+// acknowledges or target is the tail. A syncing successor gets the update
+// as a full chunk, built by full.
+func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.UpdateRequest, full func() (*storagepb.UpdateRequest, func(), error)) error {
+	var fullReq *storagepb.UpdateRequest
+	var releaseFull func()
+	defer func() {
+		if releaseFull != nil {
+			releaseFull()
+		}
+	}()
 	for {
 		changed := n.routing.Changed()
 		r := n.routing.Routing()
@@ -216,10 +264,21 @@ func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.Update
 		if succ == 0 {
 			return nil // the tail: commit first
 		}
-		req.ChainVer, req.Target = c.Version, uint32(succ)
+		send := req
+		if r.Targets[succ].State == Syncing && !req.FullChunk {
+			if fullReq == nil {
+				fr, release, err := full()
+				if err != nil {
+					return err
+				}
+				fullReq, releaseFull = fr, release
+			}
+			send = fullReq
+		}
+		send.ChainVer, send.Target = c.Version, uint32(succ)
 		actx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
 		var resp storagepb.UpdateReply
-		err := n.ep.Call(actx, r.Targets[succ].Node, MethodUpdate, req, &resp)
+		err := n.ep.Call(actx, r.Targets[succ].Node, MethodUpdate, send, &resp)
 		cancel()
 		if err == nil {
 			return nil
@@ -300,7 +359,7 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 		return 0, 0, err
 	}
 	ver := uint64(0)
-	if p := m.GetPending(); p != nil && chain.Tail() != TargetID(e.Target) {
+	if p := m.GetPending(); p != nil && servingTail(n.routing.Routing(), chain) != TargetID(e.Target) {
 		if failIfDirty {
 			return 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
 		}
@@ -331,8 +390,9 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 }
 
 func (n *Node) queryTail(ctx context.Context, c Chain, chunk *storagepb.ChunkID) (uint64, error) {
-	tail := c.Tail()
-	node := n.routing.Routing().Targets[tail].Node
+	r := n.routing.Routing()
+	tail := servingTail(r, c)
+	node := r.Targets[tail].Node
 	var resp storagepb.QueryReply
 	err := n.ep.Call(ctx, node, MethodQuery, &storagepb.QueryRequest{Chain: uint32(c.ID), ChainVer: c.Version, Chunk: chunk, Target: uint32(tail)}, &resp)
 	if err != nil {

@@ -1,0 +1,261 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/proto/storagepb"
+)
+
+// Resync. A target that comes back joins its chain's end as Syncing: it
+// takes writes (from its predecessor, as full chunks, since it may lack the
+// base a patch applies to) but serves no reads. Its predecessor walks its
+// own chunks, compares each with the syncing target's version and CRC, and
+// replaces whatever differs with its committed version, holding the chunk's
+// lock so that a concurrent update is either before the copy or forwarded
+// after it. Chunks the syncing target has and the predecessor does not were
+// removed meanwhile, and are removed there too. Then the predecessor reports
+// OnSynced and mgmtd lets the target serve.
+
+const (
+	MethodSyncList  = "storage.SyncList"
+	MethodSyncWrite = "storage.SyncWrite"
+)
+
+type syncKey struct {
+	chain  ChainID
+	target TargetID
+}
+
+// servingTail is the last serving target of c: the one whose committed
+// versions are the chain's (a syncing target after it may lag).
+func servingTail(r *Routing, c Chain) TargetID {
+	for i := len(c.Targets) - 1; i >= 0; i-- {
+		if r.Targets[c.Targets[i]].State == Serving {
+			return c.Targets[i]
+		}
+	}
+	return c.Tail()
+}
+
+// watchRouting starts a resync whenever one of this node's targets is the
+// predecessor of a syncing target.
+func (n *Node) watchRouting() {
+	defer n.wg.Done()
+	for {
+		changed := n.routing.Changed()
+		r := n.routing.Routing()
+		for _, c := range r.Chains {
+			for i := 1; i < len(c.Targets); i++ {
+				succ, pred := c.Targets[i], c.Targets[i-1]
+				if r.Targets[succ].State != Syncing || n.cfg.Targets[pred] == nil || r.Targets[pred].State != Serving {
+					continue
+				}
+				n.startSync(c.ID, pred, succ)
+			}
+		}
+		select {
+		case <-changed:
+		case <-n.ctx.Done():
+			return
+		}
+	}
+}
+
+func (n *Node) startSync(chain ChainID, self, succ TargetID) {
+	k := syncKey{chain, succ}
+	n.syncMu.Lock()
+	defer n.syncMu.Unlock()
+	if n.syncing[k] {
+		return
+	}
+	n.syncing[k] = true
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer func() {
+			n.syncMu.Lock()
+			delete(n.syncing, k)
+			n.syncMu.Unlock()
+		}()
+		for n.ctx.Err() == nil {
+			err := n.syncTarget(n.ctx, chain, self, succ)
+			if err == nil {
+				if n.cfg.OnSynced != nil {
+					n.cfg.OnSynced(chain, succ)
+				}
+				return
+			}
+			if errors.Is(err, errSyncNotNeeded) {
+				return
+			}
+			n.log.Warn("resync failed; retrying", "chain", chain, "target", succ, "err", err)
+			select {
+			case <-time.After(100 * time.Millisecond):
+			case <-n.ctx.Done():
+			}
+		}
+	}()
+}
+
+var errSyncNotNeeded = errors.New("target no longer syncing behind us")
+
+// syncTarget brings succ in line with self's committed chunks.
+func (n *Node) syncTarget(ctx context.Context, chainID ChainID, self, succ TargetID) error {
+	chain, node, err := n.syncRoute(chainID, self, succ)
+	if err != nil {
+		return err
+	}
+	theirs := map[ChunkID]*storagepb.SyncEntry{}
+	var after *storagepb.ChunkID
+	for {
+		var page storagepb.SyncListReply
+		req := &storagepb.SyncListRequest{Chain: uint32(chainID), ChainVer: chain.Version, Target: uint32(succ), After: after, Limit: 4096}
+		if err := n.ep.Call(ctx, node, MethodSyncList, req, &page); err != nil {
+			return fmt.Errorf("list target %d: %w", succ, err)
+		}
+		for _, e := range page.Entries {
+			theirs[ChunkFromProto(e.Chunk)] = e
+			after = e.Chunk
+		}
+		if !page.More {
+			break
+		}
+	}
+	var ids []ChunkID
+	if err := n.cfg.Targets[self].Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
+		ids = append(ids, id)
+		return true
+	}); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := n.syncChunk(ctx, chainID, self, succ, id, theirs[id]); err != nil {
+			return err
+		}
+		delete(theirs, id)
+	}
+	for id := range theirs {
+		if err := n.syncChunk(ctx, chainID, self, succ, id, theirs[id]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// syncRoute checks that succ still syncs right behind self.
+func (n *Node) syncRoute(chainID ChainID, self, succ TargetID) (Chain, fabric.NodeID, error) {
+	r := n.routing.Routing()
+	c := r.Chains[chainID]
+	i := slices.Index(c.Targets, self)
+	if i < 0 || i+1 >= len(c.Targets) || c.Targets[i+1] != succ || r.Targets[succ].State != Syncing {
+		return Chain{}, "", errSyncNotNeeded
+	}
+	return c, r.Targets[succ].Node, nil
+}
+
+// syncChunk makes succ's copy of id match self's committed version (or
+// removes it), under the chunk's lock.
+func (n *Node) syncChunk(ctx context.Context, chainID ChainID, self, succ TargetID, id ChunkID, theirs *storagepb.SyncEntry) error {
+	unlock := n.chunks.lock(lockKey{self, id})
+	defer unlock()
+	chain, node, err := n.syncRoute(chainID, self, succ)
+	if err != nil {
+		return err
+	}
+	e := n.cfg.Targets[self]
+	m, err := e.Meta(id)
+	if err != nil {
+		return err
+	}
+	mine := m.GetCommitted()
+	req := &storagepb.SyncWriteRequest{Chain: uint32(chainID), ChainVer: chain.Version, Target: uint32(succ), Chunk: id.Proto()}
+	switch {
+	case mine == nil && theirs == nil:
+		return nil
+	case mine == nil:
+		req.Remove = true
+	case theirs != nil && theirs.Ver == mine.Ver && theirs.Crc == mine.Crc:
+		return nil
+	default:
+		slot, buf, err := n.buffer(ctx)
+		if err != nil {
+			return err
+		}
+		defer func() { n.free <- slot }()
+		got, v, err := e.Read(id, 0, buf[:mine.Length])
+		if err != nil {
+			return err
+		}
+		req.Ver, req.Length, req.Crc, req.Src = v.Ver, uint32(got), CRC(buf[:got]), n.remote(slot, uint32(got))
+	}
+	var resp storagepb.SyncWriteReply
+	if err := n.ep.Call(ctx, node, MethodSyncWrite, req, &resp); err != nil {
+		return fmt.Errorf("sync chunk %v to target %d: %w", id, succ, err)
+	}
+	return nil
+}
+
+// syncList serves a page of a target's chunk versions.
+func (n *Node) syncList(ctx context.Context, peer fabric.NodeID, req *storagepb.SyncListRequest) (*storagepb.SyncListReply, error) {
+	_, e, err := n.route(req.Chain, req.ChainVer, req.Target)
+	if err != nil {
+		return nil, err
+	}
+	limit := int(min(max(req.Limit, 1), 4096))
+	reply := &storagepb.SyncListReply{}
+	var after *ChunkID
+	if req.After != nil {
+		a := ChunkFromProto(req.After)
+		after = &a
+	}
+	err = e.Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
+		if after != nil && (id.Inode < after.Inode || id.Inode == after.Inode && id.Index <= after.Index) {
+			return true
+		}
+		if len(reply.Entries) == limit {
+			reply.More = true
+			return false
+		}
+		reply.Entries = append(reply.Entries, &storagepb.SyncEntry{Chunk: id.Proto(), Ver: m.GetCommitted().GetVer(), Crc: m.GetCommitted().GetCrc()})
+		return true
+	})
+	return reply, err
+}
+
+// syncWrite applies a predecessor's full-chunk replacement.
+func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb.SyncWriteRequest) (*storagepb.SyncWriteReply, error) {
+	_, e, err := n.route(req.Chain, req.ChainVer, req.Target)
+	if err != nil {
+		return nil, err
+	}
+	id := ChunkFromProto(req.Chunk)
+	if req.Remove {
+		unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
+		defer unlock()
+		return &storagepb.SyncWriteReply{}, e.Remove(id)
+	}
+	if int(req.Length) > n.cfg.BufferSize || req.Src.GetLen() != req.Length {
+		return nil, fmt.Errorf("sync of %d bytes: %w", req.Length, ErrTooLarge)
+	}
+	slot, buf, err := n.buffer(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { n.free <- slot }()
+	data := buf[:req.Length]
+	src := fabric.RemoteBuf{Node: fabric.NodeID(req.Src.Node), Key: req.Src.Key, Offset: req.Src.Offset, Len: req.Src.Len}
+	if err := n.ep.Read(ctx, src, data); err != nil {
+		return nil, fmt.Errorf("pull sync data: %w", err)
+	}
+	if CRC(data) != req.Crc {
+		return nil, fmt.Errorf("sync of chunk %v: %w", id, ErrChecksum)
+	}
+	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
+	defer unlock()
+	return &storagepb.SyncWriteReply{}, e.Replace(id, req.Ver, data)
+}
