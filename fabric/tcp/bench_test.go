@@ -2,13 +2,10 @@ package tcp
 
 import (
 	"context"
-	"encoding/binary"
-	"io"
-	"net"
 	"testing"
-	"time"
 
 	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -20,90 +17,6 @@ var benchSizes = []struct {
 	name string
 	n    int
 }{{"4KiB", 4 << 10}, {"64KiB", 64 << 10}, {"1MiB", 1 << 20}}
-
-// rawPair returns the two ends of a loopback TCP connection.
-func rawPair(b *testing.B) (client, server net.Conn) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	acc := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err != nil {
-			close(acc)
-			return
-		}
-		acc <- c
-	}()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		b.Fatal(err)
-	}
-	server = <-acc
-	b.Cleanup(func() { client.Close(); server.Close() })
-	return client, server
-}
-
-// rawExchange returns a function doing one request-response exchange over
-// a plain socket: the client sends reqSize bytes, the server answers
-// respSize bytes. Each side reads the other's bytes into a buffer of its
-// own, as the fabric does into registered memory.
-func rawExchange(b *testing.B, reqSize, respSize int) func() {
-	c, s := rawPair(b)
-	go func() {
-		req, resp := make([]byte, reqSize), make([]byte, respSize)
-		for {
-			if _, err := io.ReadFull(s, req); err != nil {
-				return
-			}
-			if _, err := s.Write(resp); err != nil {
-				return
-			}
-		}
-	}()
-	req, resp := make([]byte, reqSize), make([]byte, respSize)
-	binary.LittleEndian.PutUint64(req, 1)
-	return func() {
-		if _, err := c.Write(req); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := io.ReadFull(c, resp); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// versus times op against base, alternating blocks of each so that drift in
-// the machine's speed hits both alike. b's own timer covers op only. It
-// returns base's time ÷ op's time: op's speed relative to base's.
-func versus(b *testing.B, op, base func()) float64 {
-	const block = 8
-	for i := 0; i < 2*block; i++ {
-		op()
-		base()
-	}
-	var opTime, baseTime time.Duration
-	b.ResetTimer()
-	for done := 0; done < b.N; done += block {
-		n := min(block, b.N-done)
-		t0 := time.Now()
-		for i := 0; i < n; i++ {
-			op()
-		}
-		t1 := time.Now()
-		b.StopTimer()
-		for i := 0; i < n; i++ {
-			base()
-		}
-		baseTime += time.Since(t1)
-		b.StartTimer()
-		opTime += t1.Sub(t0)
-	}
-	b.StopTimer()
-	return baseTime.Seconds() / opTime.Seconds()
-}
 
 func benchPair(b *testing.B, cfg Config) (srv, cli fabric.Endpoint) {
 	tr := newTransport(b, cfg)
@@ -143,12 +56,12 @@ func oneSided(b *testing.B, size int, write bool, cfg Config) {
 	}
 	var base func()
 	if write {
-		base = rawExchange(b, size, 1)
+		base = fabrictest.SocketExchange(b, size, 1)
 	} else {
-		base = rawExchange(b, 8, size)
+		base = fabrictest.SocketExchange(b, 8, size)
 	}
 	b.SetBytes(int64(size))
-	b.ReportMetric(versus(b, op, base), "x_socket")
+	b.ReportMetric(fabrictest.Versus(b, op, base), "x_socket")
 }
 
 // BenchmarkRead: RDMA-READ-style pulls of a peer's registered memory.
@@ -182,7 +95,7 @@ func BenchmarkCall(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportMetric(versus(b, op, rawExchange(b, 64, 64)), "x_pingpong")
+	b.ReportMetric(fabrictest.Versus(b, op, fabrictest.SocketExchange(b, 64, 64)), "x_pingpong")
 }
 
 // BenchmarkReadBatch: 64 ranges of 4 KiB in one round trip.

@@ -21,13 +21,18 @@
 // opens.
 //
 // What is fsynced, and why:
-//   - a version's data file, before its record refers to it: otherwise after
+//   - a version's data file, before any record refers to it: otherwise after
 //     power loss a record could name bytes that never reached the disk;
-//   - every record change (Pebble with Sync): a chain node acknowledges an
-//     update only once it would survive power loss, since CRAQ counts that
-//     acknowledgement as a replica;
 //   - the chunks directory, after a version's file is created, so that the
-//     file's name survives power loss along with its bytes.
+//     file's name survives power loss along with its bytes;
+//   - the record that commits a version (Pebble with Sync): a chain node
+//     acknowledges an update only once it is committed, and CRAQ counts that
+//     acknowledgement as a replica, so it must survive power loss. A tail
+//     (or a chain of one) stores and commits in one synced record.
+//   - not the record of a pending version: until the commit record lands,
+//     losing it to power loss loses only an unacknowledged update, whose file
+//     is then an orphan, removed at open; a process crash loses nothing,
+//     since the write is in the kernel already.
 //
 // Every version carries a CRC32C of its content and of each 64 KiB block.
 // Reads check every block they touch, so a torn, lost or corrupted write is

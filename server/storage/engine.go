@@ -72,7 +72,10 @@ func parseFileName(name string) (ChunkID, uint64, bool) {
 	return ChunkID{Inode: ino, Index: uint32(idx)}, ver, true
 }
 
-const blockSize = 64 << 10
+// blockSize is the unit chunk data is checksummed in: a read checks (so
+// reads from disk) whole blocks, so small blocks keep small random reads
+// cheap; each costs 4 bytes of metadata.
+const blockSize = 4 << 10
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -180,12 +183,16 @@ func (e *Engine) Meta(id ChunkID) (*storagepb.ChunkMeta, error) {
 	return m, nil
 }
 
-func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta) error {
+func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		return err
 	}
-	if err := e.db.Set(id.key(), b, pebble.Sync); err != nil {
+	opts := pebble.NoSync
+	if sync {
+		opts = pebble.Sync
+	}
+	if err := e.db.Set(id.key(), b, opts); err != nil {
 		return fmt.Errorf("chunk %v metadata: %w", id, err)
 	}
 	return nil
@@ -193,10 +200,21 @@ func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta) error {
 
 // Prepare stores version ver of the chunk as its pending version: data at
 // off over the committed content (or, with full, data as the whole content).
-// It is durable when Prepare returns. Preparing the same version again
-// replaces it (a retried forward); preparing a version at or below the
-// committed one is refused with ErrVersion.
+// The data is durable when Prepare returns; the record naming it is made
+// durable by the Commit that follows (see the package doc). Preparing the
+// same version again replaces it (a retried forward); preparing a version
+// at or below the committed one is refused with ErrVersion.
 func (e *Engine) Prepare(id ChunkID, ver uint64, off uint32, data []byte, full bool, chainVer uint64) (*storagepb.Version, error) {
+	return e.store(id, ver, off, data, full, chainVer, false)
+}
+
+// PrepareCommit is Prepare and Commit at once, with one durable record: a
+// chain's tail, and a chain of one, commit as they store.
+func (e *Engine) PrepareCommit(id ChunkID, ver uint64, off uint32, data []byte, full bool, chainVer uint64) (*storagepb.Version, error) {
+	return e.store(id, ver, off, data, full, chainVer, true)
+}
+
+func (e *Engine) store(id ChunkID, ver uint64, off uint32, data []byte, full bool, chainVer uint64, commit bool) (*storagepb.Version, error) {
 	if uint64(off)+uint64(len(data)) > uint64(e.cfg.MaxChunkSize) {
 		return nil, fmt.Errorf("chunk %v: write to %d: %w (%d)", id, uint64(off)+uint64(len(data)), ErrTooLarge, e.cfg.MaxChunkSize)
 	}
@@ -232,14 +250,20 @@ func (e *Engine) Prepare(id ChunkID, ver uint64, off uint32, data []byte, full b
 	if err := e.writeFile(id, ver, stored); err != nil {
 		return nil, err
 	}
-	old := m.GetPending()
+	oldPending, oldCommitted := m.GetPending(), m.GetCommitted()
 	m.Pending, m.ChainVer = v, chainVer
-	if err := e.putMeta(id, m); err != nil {
+	if commit {
+		m.Committed, m.Pending = v, nil
+	}
+	if err := e.putMeta(id, m, commit); err != nil {
 		e.fs.Remove(join(e.chunks, id.fileName(ver)))
 		return nil, err
 	}
-	if old != nil && old.Ver != ver {
-		e.fs.Remove(join(e.chunks, id.fileName(old.Ver)))
+	if oldPending != nil && oldPending.Ver != ver {
+		e.fs.Remove(join(e.chunks, id.fileName(oldPending.Ver)))
+	}
+	if commit && oldCommitted != nil {
+		e.fs.Remove(join(e.chunks, id.fileName(oldCommitted.Ver)))
 	}
 	return v, nil
 }
@@ -298,7 +322,7 @@ func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
 				return diskError(id, err)
 			}
 			m.Committed, m.Pending = nil, nil
-			if err := e.putMeta(id, m); err != nil {
+			if err := e.putMeta(id, m, true); err != nil {
 				return err
 			}
 		}
@@ -306,7 +330,7 @@ func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
 	if err := e.writeFile(id, ver, data); err != nil {
 		return err
 	}
-	if err := e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer}); err != nil {
+	if err := e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer}, true); err != nil {
 		return err
 	}
 	for _, o := range old {
@@ -345,7 +369,7 @@ func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
 	}
 	old := m.GetCommitted()
 	m.Committed, m.Pending = p, nil
-	if err := e.putMeta(id, m); err != nil {
+	if err := e.putMeta(id, m, true); err != nil {
 		return nil, err
 	}
 	if old != nil {

@@ -196,7 +196,13 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 		}
 		ver = m.GetCommitted().GetVer() + 1
 	}
-	v, err := e.Prepare(id, ver, req.Offset, data, req.FullChunk, chain.Version)
+	// A tail commits as it stores; others store pending until their
+	// successor has committed.
+	store := e.Prepare
+	if _, succ, _ := chain.position(TargetID(req.Target)); succ == 0 {
+		store = e.PrepareCommit
+	}
+	v, err := store(id, ver, req.Offset, data, req.FullChunk, chain.Version)
 	if errors.Is(err, ErrVersion) {
 		// Already committed here: a forward retried after it succeeded.
 		if m, merr := e.Meta(id); merr == nil && m.GetCommitted().GetVer() >= ver {
@@ -316,7 +322,12 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	if total > n.cfg.MaxReadBatch {
 		return nil, fmt.Errorf("%w: read batch of %d bytes, limit %d", fabric.ErrBadRequest, total, n.cfg.MaxReadBatch)
 	}
-	buf := make([]byte, total)
+	bp := readBuffers.Get().(*[]byte)
+	if cap(*bp) < total {
+		*bp = make([]byte, total)
+	}
+	defer readBuffers.Put(bp)
+	buf := (*bp)[:total]
 	reply := &storagepb.ReadReply{Results: make([]*storagepb.ReadResult, len(req.Entries))}
 	var ops []fabric.Op
 	for i, e := range req.Entries {
@@ -342,6 +353,9 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	}
 	return reply, nil
 }
+
+// readBuffers recycles the buffers reads are served from.
+var readBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // readEntry reads one entry's committed bytes (CRAQ: a dirty chunk is
 // resolved by asking the tail which version is committed).

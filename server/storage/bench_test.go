@@ -1,0 +1,195 @@
+package storage
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/fabric/local"
+	"github.com/sluicefs/sluice/fabric/tcp"
+	"github.com/sluicefs/sluice/proto/storagepb"
+)
+
+// benchCluster is a chain of replicas on one machine, each target in its
+// own directory on the same disk, nodes connected by transport tr.
+func benchCluster(b *testing.B, replicas int, tr fabric.Transport, addr func(i int) string) (*StaticRouting, []fabric.Endpoint) {
+	r := &Routing{Version: 1, Chains: map[ChainID]Chain{}, Targets: map[TargetID]Target{}}
+	chain := Chain{ID: testChain, Version: 1}
+	var eps []fabric.Endpoint
+	var engines []*Engine
+	for i := 1; i <= replicas; i++ {
+		ep, err := tr.Listen(addr(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { ep.Close() })
+		e, err := OpenEngine(EngineConfig{Dir: b.TempDir()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { e.Close() })
+		eps, engines = append(eps, ep), append(engines, e)
+		r.Targets[TargetID(i)] = Target{ID: TargetID(i), Node: ep.ID(), State: Serving}
+		chain.Targets = append(chain.Targets, TargetID(i))
+	}
+	r.Chains[testChain] = chain
+	routing := NewStaticRouting(r)
+	for i, ep := range eps {
+		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: routing, Targets: map[TargetID]*Engine{TargetID(i + 1): engines[i]}, Buffers: 16, BufferSize: 1 << 20, Logger: quiet})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { n.Close() })
+	}
+	return routing, eps
+}
+
+// durableWrites measures bytes/s of writing size-byte files and syncing
+// them, by `parallel` writers: what "the same bytes, same durability" costs
+// on this disk without Sluice.
+func durableWrites(b *testing.B, size, count, parallel int) float64 {
+	dir := b.TempDir()
+	data := fabrictest.RandBytes(1, size)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for w := 0; w < parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f, err := os.Create(filepath.Join(dir, fmt.Sprint(w)))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			defer f.Close()
+			for next.Add(1) <= int64(count) {
+				if _, err := f.WriteAt(data, 0); err != nil {
+					b.Error(err)
+					return
+				}
+				if err := f.Sync(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(size) * float64(count) / time.Since(t0).Seconds()
+}
+
+const benchParallel = 4
+
+// BenchmarkChainWrite: 1 MiB full-chunk writes through a chain, 4 writers
+// on different chunks, reported against synced 1 MiB writes to the same
+// disk by 4 writers, divided by the replica count (each replica writes the
+// bytes once).
+func BenchmarkChainWrite(b *testing.B) {
+	for _, replicas := range []int{1, 3} {
+		b.Run(fmt.Sprintf("replicas=%d/size=1MiB", replicas), func(b *testing.B) {
+			const size = 1 << 20
+			net := local.NewNetwork()
+			routing, _ := benchCluster(b, replicas, net, func(i int) string { return fmt.Sprintf("node-%d", i) })
+			var clients []*testClient
+			for w := 0; w < benchParallel; w++ {
+				ep, _ := net.Dialer("client")
+				b.Cleanup(func() { ep.Close() })
+				buf := fabrictest.RandBytes(uint64(w), size)
+				mr, _ := ep.RegisterMemory(buf, fabric.AccessRemoteRead)
+				clients = append(clients, &testClient{Client: NewClient(ep, routing), buf: buf, mr: mr})
+			}
+			ctx := context.Background()
+			var next atomic.Int64
+			b.SetBytes(size)
+			b.ResetTimer()
+			t0 := time.Now()
+			var wg sync.WaitGroup
+			for w, cl := range clients {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := next.Add(1); i <= int64(b.N); i = next.Add(1) {
+						chunk := ChunkID{Inode: uint64(w + 1), Index: uint32(i % 8)}
+						if _, err := cl.WriteRegistered(ctx, testChain, chunk, 0, true, cl.mr, 0, cl.buf); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			rate := float64(size) * float64(b.N) / time.Since(t0).Seconds()
+			b.StopTimer()
+			base := durableWrites(b, size, max(b.N, 16), benchParallel) / float64(replicas)
+			b.ReportMetric(rate/base, "x_disk")
+		})
+	}
+}
+
+// BenchmarkChainRead: reads of 1 MiB chunks over TCP against a plain
+// loopback socket moving the same bytes (x_socket), and batched 4 KiB reads
+// (iops).
+func BenchmarkChainRead(b *testing.B) {
+	tr, err := tcp.New(tcp.Config{Secret: []byte("bench"), Logger: quiet})
+	if err != nil {
+		b.Fatal(err)
+	}
+	routing, _ := benchCluster(b, 3, tr, func(int) string { return "127.0.0.1:0" })
+	ep, _ := tr.Dialer("client")
+	b.Cleanup(func() { ep.Close() })
+	buf := make([]byte, 2<<20)
+	mr, _ := ep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
+	cl := &testClient{Client: NewClient(ep, routing), buf: buf, mr: mr}
+	ctx := context.Background()
+	for i := 0; i < 4; i++ {
+		if _, err := cl.write(ctx, ChunkID{Inode: 1, Index: uint32(i)}, 0, fabrictest.RandBytes(uint64(i), 1<<20), true); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("size=1MiB", func(b *testing.B) {
+		const size = 1 << 20
+		op := func() {
+			if n, _, err := cl.ReadRegistered(ctx, testChain, ChunkID{Inode: 1, Index: 0}, 0, mr, 0, buf[:size], false); err != nil || n != size {
+				b.Fatalf("read: %d %v", n, err)
+			}
+		}
+		b.SetBytes(size)
+		b.ReportMetric(fabrictest.Versus(b, op, fabrictest.SocketExchange(b, 8, size)), "x_socket")
+	})
+	b.Run("size=4KiB/batch=64", func(b *testing.B) {
+		node := routing.Routing().Targets[1].Node
+		ch := routing.Routing().Chains[testChain]
+		req := batchRead(mr, ch, 64, 4<<10)
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			var resp storagepb.ReadReply
+			if err := ep.Call(ctx, node, MethodRead, req, &resp); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(64*b.N)/b.Elapsed().Seconds(), "iops")
+	})
+}
+
+// batchRead is a read request for n ranges of size bytes spread over the
+// benchmark's chunks, pushed into consecutive parts of mr.
+func batchRead(mr fabric.MR, ch Chain, n, size int) *storagepb.ReadRequest {
+	req := &storagepb.ReadRequest{}
+	for i := 0; i < n; i++ {
+		rb := mr.Remote(i*size, size)
+		req.Entries = append(req.Entries, &storagepb.ReadEntry{
+			Chain: uint32(ch.ID), ChainVer: ch.Version, Chunk: ChunkID{Inode: 1, Index: uint32(i % 4)}.Proto(),
+			Offset: uint32(i*7919*size) % (1<<20 - uint32(size)), Length: uint32(size), Target: 1,
+			Dst: &storagepb.RemoteBuf{Node: string(rb.Node), Key: rb.Key, Offset: rb.Offset, Len: rb.Len},
+		})
+	}
+	return req
+}
