@@ -710,9 +710,10 @@ type Version struct {
 	Ver           uint64                 `protobuf:"varint,1,opt,name=ver,proto3" json:"ver,omitempty"`
 	Length        uint32                 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`                               // uncompressed bytes
 	Crc           uint32                 `protobuf:"varint,3,opt,name=crc,proto3" json:"crc,omitempty"`                                     // CRC32C of all of them
-	BlockCrcs     []uint32               `protobuf:"varint,4,rep,packed,name=block_crcs,json=blockCrcs,proto3" json:"block_crcs,omitempty"` // CRC32C of each 64 KiB block
+	BlockCrcs     []uint32               `protobuf:"varint,4,rep,packed,name=block_crcs,json=blockCrcs,proto3" json:"block_crcs,omitempty"` // CRC32C of each 4 KiB block
 	Compressed    bool                   `protobuf:"varint,5,opt,name=compressed,proto3" json:"compressed,omitempty"`                       // the file holds s2 blocks
 	Stored        uint32                 `protobuf:"varint,6,opt,name=stored,proto3" json:"stored,omitempty"`                               // bytes in the file
+	Slot          uint32                 `protobuf:"varint,7,opt,name=slot,proto3" json:"slot,omitempty"`                                   // which of the chunk's two files holds it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -785,6 +786,13 @@ func (x *Version) GetCompressed() bool {
 func (x *Version) GetStored() uint32 {
 	if x != nil {
 		return x.Stored
+	}
+	return 0
+}
+
+func (x *Version) GetSlot() uint32 {
+	if x != nil {
+		return x.Slot
 	}
 	return 0
 }
@@ -1246,7 +1254,7 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"QueryReply\x12\x1d\n" +
 	"\n" +
-	"commit_ver\x18\x01 \x01(\x04R\tcommitVer\"\x9c\x01\n" +
+	"commit_ver\x18\x01 \x01(\x04R\tcommitVer\"\xb0\x01\n" +
 	"\aVersion\x12\x10\n" +
 	"\x03ver\x18\x01 \x01(\x04R\x03ver\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\rR\x06length\x12\x10\n" +
@@ -1256,7 +1264,8 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\n" +
 	"compressed\x18\x05 \x01(\bR\n" +
 	"compressed\x12\x16\n" +
-	"\x06stored\x18\x06 \x01(\rR\x06stored\"\x98\x01\n" +
+	"\x06stored\x18\x06 \x01(\rR\x06stored\x12\x12\n" +
+	"\x04slot\x18\a \x01(\rR\x04slot\"\x98\x01\n" +
 	"\tChunkMeta\x128\n" +
 	"\tcommitted\x18\x01 \x01(\v2\x1a.sluice.storage.v1.VersionR\tcommitted\x124\n" +
 	"\apending\x18\x02 \x01(\v2\x1a.sluice.storage.v1.VersionR\apending\x12\x1b\n" +

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"hash/fnv"
 	"io"
 	"strconv"
@@ -54,33 +53,28 @@ func ChunkFromProto(p *storagepb.ChunkID) ChunkID {
 	return ChunkID{Inode: p.GetInode(), Index: p.GetIndex()}
 }
 
-func (c ChunkID) fileName(ver uint64) string {
-	return fmt.Sprintf("%016x-%08x.%d", c.Inode, c.Index, ver)
+// fileName is the name of one of the chunk's two files (slot 0 or 1).
+func (c ChunkID) fileName(slot uint32) string {
+	return fmt.Sprintf("%016x-%08x.s%d", c.Inode, c.Index, slot)
 }
 
-func parseFileName(name string) (ChunkID, uint64, bool) {
-	base, verS, ok := strings.Cut(name, ".")
-	if !ok || len(base) != 25 || base[16] != '-' {
-		return ChunkID{}, 0, false
+func parseFileName(name string) (ChunkID, bool) {
+	base, slot, ok := strings.Cut(name, ".")
+	if !ok || len(base) != 25 || base[16] != '-' || (slot != "s0" && slot != "s1") {
+		return ChunkID{}, false
 	}
 	ino, err1 := strconv.ParseUint(base[:16], 16, 64)
 	idx, err2 := strconv.ParseUint(base[17:], 16, 32)
-	ver, err3 := strconv.ParseUint(verS, 10, 64)
-	if err1 != nil || err2 != nil || err3 != nil {
-		return ChunkID{}, 0, false
+	if err1 != nil || err2 != nil {
+		return ChunkID{}, false
 	}
-	return ChunkID{Inode: ino, Index: uint32(idx)}, ver, true
+	return ChunkID{Inode: ino, Index: uint32(idx)}, true
 }
 
 // blockSize is the unit chunk data is checksummed in: a read checks (so
 // reads from disk) whole blocks, so small blocks keep small random reads
 // cheap; each costs 4 bytes of metadata.
 const blockSize = 4 << 10
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// CRC is the CRC32C that chunk data is checked with everywhere.
-func CRC(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 
 // EngineConfig configures a chunk engine. Zero fields take the defaults.
 type EngineConfig struct {
@@ -102,11 +96,13 @@ type Engine struct {
 	fs     FS
 	chunks string
 	db     *pebble.DB
-	locks  [64]sync.Mutex
+	locks  [64]sync.Mutex    // one update at a time per chunk
+	slots  [256]sync.RWMutex // a slot's file: readers share, the writer of a new version excludes them
 }
 
-// OpenEngine opens (or creates) the target in cfg.Dir and removes chunk
-// files that no metadata refers to: leftovers of writes a crash cut short.
+// OpenEngine opens (or creates) the target in cfg.Dir and removes the files
+// of chunks that have no record: leftovers of a first write a crash cut
+// short, or of a removal.
 func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.FS == nil {
 		cfg.FS = OSFS{}
@@ -142,13 +138,23 @@ func (e *Engine) lock(id ChunkID) *sync.Mutex {
 	return &e.locks[h.Sum32()%uint32(len(e.locks))]
 }
 
+func (e *Engine) slotLock(id ChunkID, slot uint32) *sync.RWMutex {
+	h := fnv.New32a()
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:], id.Inode)
+	binary.LittleEndian.PutUint32(b[8:], id.Index)
+	binary.LittleEndian.PutUint32(b[12:], slot)
+	h.Write(b[:])
+	return &e.slots[h.Sum32()%uint32(len(e.slots))]
+}
+
 func (e *Engine) removeOrphans() error {
 	names, err := e.fs.List(e.chunks)
 	if err != nil {
 		return fmt.Errorf("list chunks: %w", err)
 	}
 	for _, name := range names {
-		id, ver, ok := parseFileName(name)
+		id, ok := parseFileName(name)
 		if !ok {
 			continue
 		}
@@ -156,7 +162,7 @@ func (e *Engine) removeOrphans() error {
 		if err != nil {
 			return err
 		}
-		if m.GetCommitted().GetVer() == ver || m.GetPending().GetVer() == ver {
+		if m.Committed != nil || m.Pending != nil {
 			continue
 		}
 		if err := e.fs.Remove(join(e.chunks, name)); err != nil && !isNotExist(err) {
@@ -247,46 +253,60 @@ func (e *Engine) store(id ChunkID, ver uint64, off uint32, data []byte, full boo
 		}
 	}
 	v.Stored = uint32(len(stored))
-	if err := e.writeFile(id, ver, stored); err != nil {
+	v.Slot = freeSlot(m)
+	if err := e.writeFile(id, v.Slot, stored); err != nil {
+		if m.Pending != nil {
+			// The failed write may have damaged the pending version's file.
+			m.Pending = nil
+			e.putMeta(id, m, false)
+		}
 		return nil, err
 	}
-	oldPending, oldCommitted := m.GetPending(), m.GetCommitted()
 	m.Pending, m.ChainVer = v, chainVer
 	if commit {
 		m.Committed, m.Pending = v, nil
 	}
 	if err := e.putMeta(id, m, commit); err != nil {
-		e.fs.Remove(join(e.chunks, id.fileName(ver)))
 		return nil, err
-	}
-	if oldPending != nil && oldPending.Ver != ver {
-		e.fs.Remove(join(e.chunks, id.fileName(oldPending.Ver)))
-	}
-	if commit && oldCommitted != nil {
-		e.fs.Remove(join(e.chunks, id.fileName(oldCommitted.Ver)))
 	}
 	return v, nil
 }
 
-// writeFile writes a version's file and syncs it.
-func (e *Engine) writeFile(id ChunkID, ver uint64, b []byte) error {
-	name := join(e.chunks, id.fileName(ver))
-	f, err := e.fs.Create(name)
+// freeSlot is the slot a new version of the chunk goes to: the one the
+// committed version is not in. A pending version there is overwritten.
+func freeSlot(m *storagepb.ChunkMeta) uint32 {
+	if c := m.GetCommitted(); c != nil {
+		return 1 - c.Slot
+	}
+	return 0
+}
+
+// writeFile writes a version into one of the chunk's files, in place, and
+// syncs it. No record names that slot for reading meanwhile (the committed
+// version is in the other one), and the slot's lock keeps out readers that
+// looked it up before.
+func (e *Engine) writeFile(id ChunkID, slot uint32, b []byte) error {
+	l := e.slotLock(id, slot)
+	l.Lock()
+	defer l.Unlock()
+	f, created, err := e.fs.OpenWrite(join(e.chunks, id.fileName(slot)))
 	if err != nil {
 		return diskError(id, err)
 	}
 	_, err = f.WriteAt(b, 0)
+	if err == nil {
+		err = f.Truncate(int64(len(b)))
+	}
 	if err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
+	if err == nil && created {
 		err = e.fs.SyncDir(e.chunks)
 	}
 	if err != nil {
-		e.fs.Remove(name)
 		return diskError(id, err)
 	}
 	return nil
@@ -313,39 +333,24 @@ func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
 		return err
 	}
 	v := newVersion(ver, data)
-	// A new file name even when ver is the version held now: files are
-	// never written in place.
-	old := []*storagepb.Version{m.GetCommitted(), m.GetPending()}
-	for _, o := range old {
-		if o != nil && o.Ver == ver {
-			if err := e.fs.Remove(join(e.chunks, id.fileName(ver))); err != nil && !isNotExist(err) {
-				return diskError(id, err)
-			}
-			m.Committed, m.Pending = nil, nil
-			if err := e.putMeta(id, m, true); err != nil {
-				return err
-			}
-		}
-	}
-	if err := e.writeFile(id, ver, data); err != nil {
+	v.Slot = freeSlot(m)
+	if err := e.writeFile(id, v.Slot, data); err != nil {
 		return err
 	}
-	if err := e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer}, true); err != nil {
-		return err
-	}
-	for _, o := range old {
-		if o != nil && o.Ver != ver {
-			e.fs.Remove(join(e.chunks, id.fileName(o.Ver)))
-		}
-	}
-	return nil
+	return e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer}, true)
 }
 
 // newVersion describes uncompressed content as version ver.
+// One pass: each block is checksummed once and the whole content's CRC is
+// combined from the blocks'.
 func newVersion(ver uint64, content []byte) *storagepb.Version {
-	v := &storagepb.Version{Ver: ver, Length: uint32(len(content)), Crc: CRC(content), Stored: uint32(len(content))}
+	v := &storagepb.Version{Ver: ver, Length: uint32(len(content)), Stored: uint32(len(content))}
+	v.BlockCrcs = make([]uint32, 0, (len(content)+blockSize-1)/blockSize)
 	for b := 0; b < len(content); b += blockSize {
-		v.BlockCrcs = append(v.BlockCrcs, CRC(content[b:min(b+blockSize, len(content))]))
+		block := content[b:min(b+blockSize, len(content))]
+		c := CRC(block)
+		v.BlockCrcs = append(v.BlockCrcs, c)
+		v.Crc = crcCombine(v.Crc, c, len(block))
 	}
 	return v
 }
@@ -367,13 +372,9 @@ func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
 	if p == nil || p.Ver != ver {
 		return nil, fmt.Errorf("chunk %v: commit %d, pending %d: %w", id, ver, p.GetVer(), ErrVersion)
 	}
-	old := m.GetCommitted()
 	m.Committed, m.Pending = p, nil
 	if err := e.putMeta(id, m, true); err != nil {
 		return nil, err
-	}
-	if old != nil {
-		e.fs.Remove(join(e.chunks, id.fileName(old.Ver)))
 	}
 	return p, nil
 }
@@ -415,8 +416,8 @@ func (e *Engine) ReadVersion(id ChunkID, ver uint64, off uint32, dst []byte) (in
 			return 0, nil, fmt.Errorf("chunk %v: %w", id, ErrNotFound)
 		}
 		n, err := e.readVersion(id, v, off, dst)
-		if isNotExist(err) && attempt < 3 {
-			continue // a commit replaced the version between lookup and open
+		if errors.Is(err, errMoved) && attempt < 8 {
+			continue // a newer version took the slot between lookup and read
 		}
 		return n, v, err
 	}
@@ -429,9 +430,21 @@ func (e *Engine) readVersion(id ChunkID, v *storagepb.Version, off uint32, dst [
 		return 0, nil
 	}
 	n := min(len(dst), int(v.Length-off))
-	f, err := e.fs.Open(join(e.chunks, id.fileName(v.Ver)))
+	l := e.slotLock(id, v.Slot)
+	l.RLock()
+	defer l.RUnlock()
+	// Still there? A newer version may have been written into the slot
+	// between the caller's lookup and our lock.
+	m, err := e.Meta(id)
 	if err != nil {
 		return 0, err
+	}
+	if !holds(m.GetCommitted(), v) && !holds(m.GetPending(), v) {
+		return 0, errMoved
+	}
+	f, err := e.fs.Open(join(e.chunks, id.fileName(v.Slot)))
+	if err != nil {
+		return 0, diskError(id, err)
 	}
 	defer f.Close()
 	if v.Compressed {
@@ -466,6 +479,13 @@ func (e *Engine) readVersion(id ChunkID, v *storagepb.Version, off uint32, dst [
 		copy(dst[:n], buf[off-first:])
 	}
 	return n, nil
+}
+
+// errMoved: the version read was replaced in its slot; look it up again.
+var errMoved = errors.New("chunk version moved")
+
+func holds(have, want *storagepb.Version) bool {
+	return have != nil && have.Ver == want.Ver && have.Slot == want.Slot && have.Crc == want.Crc
 }
 
 // readError reports a failed read; a file shorter than its record says is
@@ -517,17 +537,14 @@ func (e *Engine) Remove(id ChunkID) error {
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
-	m, err := e.Meta(id)
-	if err != nil {
-		return err
-	}
 	if err := e.db.Delete(id.key(), pebble.Sync); err != nil {
 		return fmt.Errorf("chunk %v metadata: %w", id, err)
 	}
-	for _, v := range []*storagepb.Version{m.GetCommitted(), m.GetPending()} {
-		if v != nil {
-			e.fs.Remove(join(e.chunks, id.fileName(v.Ver)))
-		}
+	for slot := uint32(0); slot < 2; slot++ {
+		l := e.slotLock(id, slot)
+		l.Lock()
+		e.fs.Remove(join(e.chunks, id.fileName(slot)))
+		l.Unlock()
 	}
 	return nil
 }

@@ -135,8 +135,8 @@ func TestEngineRestartAndOrphans(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.Close()
-	// A write cut short by a crash leaves a file no record names.
-	orphan := filepath.Join(dir, "chunks", id.fileName(7))
+	// A first write cut short by a crash leaves a file no record names.
+	orphan := filepath.Join(dir, "chunks", ChunkID{Inode: 6}.fileName(0))
 	os.WriteFile(orphan, []byte("half written"), 0o644)
 
 	e = openTest(t, EngineConfig{Dir: dir})
@@ -161,7 +161,7 @@ func TestEngineDetectsCorruption(t *testing.T) {
 	data := fabrictest.RandBytes(3, 200<<10)
 	write(t, e, id, 1, 0, data, true)
 	// Flip one byte in the second block on disk.
-	path := filepath.Join(dir, "chunks", id.fileName(1))
+	path := filepath.Join(dir, "chunks", id.fileName(0))
 	f, _ := os.OpenFile(path, os.O_RDWR, 0)
 	f.WriteAt([]byte{data[70000] ^ 0xff}, 70000)
 	f.Close()

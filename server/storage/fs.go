@@ -2,7 +2,6 @@ package storage
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,6 +16,9 @@ import (
 type FS interface {
 	// Create makes (or truncates) a file for writing.
 	Create(name string) (File, error)
+	// OpenWrite opens a file for writing in place, creating it if need be;
+	// created says whether it did (so the caller knows to sync the directory).
+	OpenWrite(name string) (f File, created bool, err error)
 	// Open opens a file for reading.
 	Open(name string) (File, error)
 	Remove(name string) error
@@ -31,6 +33,8 @@ type FS interface {
 type File interface {
 	io.ReaderAt
 	io.WriterAt
+	Truncate(size int64) error
+	// Sync makes the file's data (and its size) durable.
 	Sync() error
 	Close() error
 }
@@ -38,12 +42,43 @@ type File interface {
 // OSFS is FS on the operating system's files.
 type OSFS struct{}
 
+// osFile syncs with fdatasync: the data and the size, not the timestamps.
+type osFile struct{ *os.File }
+
+func (f osFile) Sync() error { return syscall.Fdatasync(int(f.Fd())) }
+
 func (OSFS) Create(name string) (File, error) {
-	return os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
 }
-func (OSFS) Open(name string) (File, error) { return os.Open(name) }
-func (OSFS) Remove(name string) error       { return os.Remove(name) }
-func (OSFS) MkdirAll(name string) error     { return os.MkdirAll(name, 0o755) }
+
+func (OSFS) OpenWrite(name string) (File, bool, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err == nil {
+		return osFile{f}, true, nil
+	}
+	if !errors.Is(err, os.ErrExist) {
+		return nil, false, err
+	}
+	f, err = os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		return nil, false, err
+	}
+	return osFile{f}, false, nil
+}
+
+func (OSFS) Open(name string) (File, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	return osFile{f}, nil
+}
+func (OSFS) Remove(name string) error   { return os.Remove(name) }
+func (OSFS) MkdirAll(name string) error { return os.MkdirAll(name, 0o755) }
 
 func (OSFS) List(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
@@ -68,7 +103,8 @@ func (OSFS) SyncDir(dir string) error {
 
 // Fault is an injected failure of FaultFS.
 type Fault struct {
-	// Op is "create", "write", "sync", "read", "remove" or "" for all.
+	// Op is "create" (any open for writing), "write", "sync", "read",
+	// "remove" or "" for all.
 	Op string
 	// Match selects files whose path contains it ("" for all).
 	Match string
@@ -134,6 +170,17 @@ func (f *FaultFS) Create(name string) (File, error) {
 	return &faultFile{File: file, fs: f, name: name}, nil
 }
 
+func (f *FaultFS) OpenWrite(name string) (File, bool, error) {
+	if err := f.fail("create", name); err != nil {
+		return nil, false, err
+	}
+	file, created, err := f.FS.OpenWrite(name)
+	if err != nil {
+		return nil, false, err
+	}
+	return &faultFile{File: file, fs: f, name: name}, created, nil
+}
+
 func (f *FaultFS) Open(name string) (File, error) {
 	file, err := f.FS.Open(name)
 	if err != nil {
@@ -183,5 +230,3 @@ func (f *faultFile) Sync() error {
 func isNotExist(err error) bool { return errors.Is(err, os.ErrNotExist) }
 
 func join(parts ...string) string { return filepath.Join(parts...) }
-
-var _ = fmt.Sprint

@@ -1,0 +1,78 @@
+package storage
+
+import "hash/crc32"
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC is the CRC32C that chunk data is checked with everywhere.
+func CRC(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+// crcCombine returns the CRC32C of a||b given crcA = CRC(a), crcB = CRC(b)
+// and len(b), in O(log len(b)) without touching the bytes: the engine
+// checksums each block once and derives the whole chunk's CRC from the
+// blocks'. (The GF(2) matrix method of zlib's crc32_combine, for the
+// reflected Castagnoli polynomial.)
+func crcCombine(crcA, crcB uint32, lenB int) uint32 {
+	if lenB == blockSize {
+		return gf2Times(&blockShift, crcA) ^ crcB
+	}
+	return crcCombineSlow(crcA, crcB, lenB)
+}
+
+func crcCombineSlow(crcA, crcB uint32, lenB int) uint32 {
+	if lenB <= 0 {
+		return crcA ^ crcB
+	}
+	var even, odd [32]uint32
+	odd[0] = 0x82f63b78 // reflected Castagnoli polynomial
+	row := uint32(1)
+	for n := 1; n < 32; n++ {
+		odd[n] = row
+		row <<= 1
+	}
+	gf2Square(&even, &odd) // two zero bits
+	gf2Square(&odd, &even) // four zero bits
+	n := uint64(lenB)
+	for {
+		gf2Square(&even, &odd)
+		if n&1 != 0 {
+			crcA = gf2Times(&even, crcA)
+		}
+		if n >>= 1; n == 0 {
+			break
+		}
+		gf2Square(&odd, &even)
+		if n&1 != 0 {
+			crcA = gf2Times(&odd, crcA)
+		}
+		if n >>= 1; n == 0 {
+			break
+		}
+	}
+	return crcA ^ crcB
+}
+
+// blockShift is the operator crcCombine applies for a full block, built
+// once: column i is the shift of the unit vector 1<<i by blockSize zeros.
+var blockShift = func() (m [32]uint32) {
+	for i := range m {
+		m[i] = crcCombineSlow(1<<i, 0, blockSize)
+	}
+	return m
+}()
+
+func gf2Times(mat *[32]uint32, vec uint32) uint32 {
+	var sum uint32
+	for i := 0; vec != 0; i, vec = i+1, vec>>1 {
+		if vec&1 != 0 {
+			sum ^= mat[i]
+		}
+	}
+	return sum
+}
+
+func gf2Square(square, mat *[32]uint32) {
+	for n := 0; n < 32; n++ {
+		square[n] = gf2Times(mat, mat[n])
+	}
+}
