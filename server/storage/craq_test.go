@@ -71,27 +71,12 @@ func newCluster(t *testing.T, replicas int) *cluster {
 
 // synced is mgmtd's part when a target has caught up: it serves again.
 func (c *cluster) synced(chain ChainID, target TargetID) {
-	c.routing.Update(func(r *Routing) {
-		t := r.Targets[target]
-		t.State = Serving
-		r.Targets[target] = t
-		ch := r.Chains[chain]
-		ch.Version++
-		r.Chains[chain] = ch
-	})
+	c.routing.Update(func(r *Routing) { r.SetServing(chain, target) })
 }
 
 // rejoin brings an offline target back at its chain's end, syncing.
 func (c *cluster) rejoin(target TargetID) {
-	c.routing.Update(func(r *Routing) {
-		t := r.Targets[target]
-		t.State = Syncing
-		r.Targets[target] = t
-		ch := r.Chains[testChain]
-		ch.Targets = append(ch.Targets, target)
-		ch.Version++
-		r.Chains[testChain] = ch
-	})
+	c.routing.Update(func(r *Routing) { r.Rejoin(testChain, target) })
 }
 
 // testClient is a storage client with a registered buffer.

@@ -19,6 +19,13 @@ import (
 const crashChildEnv = "SLUICE_STORAGE_CRASH_CHILD"
 
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(nodeChildEnv); cfg != "" {
+		if err := nodeChild(cfg); err != nil {
+			fmt.Fprintln(os.Stderr, "storage node child:", err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
 	if dir := os.Getenv(crashChildEnv); dir != "" {
 		if err := crashChild(dir); err != nil {
 			fmt.Fprintln(os.Stderr, "crash child:", err)

@@ -1,0 +1,224 @@
+package storage
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/fabric/tcp"
+)
+
+// Storage nodes as child processes: this test binary, with nodeChildEnv set
+// to a nodeChildConfig, runs one node until killed.
+const nodeChildEnv = "SLUICE_STORAGE_NODE_CHILD"
+
+type nodeChildConfig struct {
+	Listen  string
+	Dir     string
+	Routing string
+	Target  TargetID
+	Secret  string
+}
+
+func nodeChild(cfgJSON string) error {
+	var cfg nodeChildConfig
+	if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
+		return err
+	}
+	tr, err := tcp.New(tcp.Config{Secret: []byte(cfg.Secret), Logger: quiet})
+	if err != nil {
+		return err
+	}
+	ep, err := tr.Listen(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	e, err := OpenEngine(EngineConfig{Dir: cfg.Dir})
+	if err != nil {
+		return err
+	}
+	routing, err := NewFileRouting(cfg.Routing, 20*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	_, err = NewNode(NodeConfig{Endpoint: ep, Routing: routing, Targets: map[TargetID]*Engine{cfg.Target: e},
+		Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 500 * time.Millisecond, Logger: quiet,
+		OnSynced: func(chain ChainID, target TargetID) { fmt.Printf("synced %d %d\n", chain, target) }})
+	if err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+// child is a running storage node process.
+type child struct {
+	cmd   *exec.Cmd
+	lines chan string
+}
+
+func startNode(t *testing.T, cfg nodeChildConfig) *child {
+	t.Helper()
+	b, _ := json.Marshal(cfg)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), nodeChildEnv+"="+string(b))
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &child{cmd: cmd, lines: make(chan string, 64)}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		close(c.lines)
+	}()
+	select {
+	case l, ok := <-c.lines:
+		if !ok || l != "ready" {
+			t.Fatalf("storage node %d did not start: %q %s", cfg.Target, l, stderr.String())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("storage node %d did not start", cfg.Target)
+	}
+	return c
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestMultiProcess: three storage nodes in their own processes over TCP.
+// One is SIGKILLed during writes, taken out of the chain, restarted on its
+// data, resynced while writes go on, and serves again; every acknowledged
+// write reads back from every replica.
+func TestMultiProcess(t *testing.T) {
+	dir := t.TempDir()
+	routingPath := filepath.Join(dir, "routing.json")
+	const secret = "multi-process secret"
+	r := &Routing{Version: 1, Chains: map[ChainID]Chain{}, Targets: map[TargetID]Target{}}
+	chain := Chain{ID: testChain, Version: 1}
+	cfgs := map[TargetID]nodeChildConfig{}
+	for i := TargetID(1); i <= 3; i++ {
+		addr := freeAddr(t)
+		r.Targets[i] = Target{ID: i, Node: fabric.NodeID(addr), State: Serving}
+		chain.Targets = append(chain.Targets, i)
+		cfgs[i] = nodeChildConfig{Listen: addr, Dir: filepath.Join(dir, fmt.Sprint(i)), Routing: routingPath, Target: i, Secret: secret}
+	}
+	r.Chains[testChain] = chain
+	if err := WriteRoutingFile(routingPath, r); err != nil {
+		t.Fatal(err)
+	}
+	children := map[TargetID]*child{}
+	for i := TargetID(1); i <= 3; i++ {
+		children[i] = startNode(t, cfgs[i])
+	}
+	update := func(fn func(*Routing)) {
+		r = r.Next()
+		fn(r)
+		if err := WriteRoutingFile(routingPath, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	tr, _ := tcp.New(tcp.Config{Secret: []byte(secret), Logger: quiet})
+	ep, err := tr.Dialer("client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ep.Close()
+	routing, err := NewFileRouting(routingPath, 20*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer routing.Close()
+	buf := make([]byte, 2<<20)
+	mr, _ := ep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
+	cl := &testClient{Client: NewClient(ep, routing), buf: buf, mr: mr}
+	cl.AttemptTimeout = time.Second
+
+	ctx := ctxT(t, 120*time.Second)
+	const chunks, writes = 8, 240
+	value := func(i int) []byte { return fabrictest.RandBytes(uint64(i), 64<<10) }
+	var acked atomic.Int64
+	done := make(chan error, 1)
+	go func() {
+		for i := 1; i <= writes; i++ {
+			if _, err := cl.write(ctx, ChunkID{Inode: 500, Index: uint32(i % chunks)}, 0, value(i), true); err != nil {
+				done <- fmt.Errorf("write %d: %w", i, err)
+				return
+			}
+			acked.Store(int64(i))
+		}
+		done <- nil
+	}()
+	waitFor := func(n int64) {
+		for acked.Load() < n {
+			select {
+			case err := <-done:
+				t.Fatalf("writer stopped early: %v", err)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	waitFor(60)
+	children[2].cmd.Process.Kill() // SIGKILL
+	children[2].cmd.Wait()
+	update(func(r *Routing) { r.SetOffline(2) })
+	waitFor(120)
+	children[2] = startNode(t, cfgs[2])
+	update(func(r *Routing) { r.Rejoin(testChain, 2) })
+	select {
+	case l := <-children[3].lines:
+		if l != fmt.Sprintf("synced %d %d", testChain, 2) {
+			t.Fatalf("predecessor said %q", l)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("target 2 never synced")
+	}
+	update(func(r *Routing) { r.SetServing(testChain, 2) })
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && routing.Routing().Version != r.Version; {
+		time.Sleep(10 * time.Millisecond)
+	}
+	for c := 0; c < chunks; c++ {
+		last := writes - (writes-c)%chunks
+		for replica := 0; replica < 3; replica++ {
+			got, _, err := cl.read(ctx, ChunkID{Inode: 500, Index: uint32(c)}, 0, 64<<10)
+			if err != nil {
+				t.Fatalf("chunk %d: %v", c, err)
+			}
+			if !bytes.Equal(got, value(last)) {
+				t.Fatalf("chunk %d on a replica does not hold write %d", c, last)
+			}
+		}
+	}
+	if !strings.Contains(fmt.Sprint(routing.Routing().Chains[testChain].Targets), "2") {
+		t.Fatal("target 2 not back in the chain")
+	}
+}
