@@ -143,6 +143,30 @@ func (n *Node) buffer(ctx context.Context) (int, []byte, error) {
 	}
 }
 
+// pull takes a buffer and pulls length bytes from src into it, checking
+// them against crc. The caller returns the buffer (n.free <- slot).
+func (n *Node) pull(ctx context.Context, src *storagepb.RemoteBuf, length, crc uint32) (int, []byte, error) {
+	if int(length) > n.cfg.BufferSize || src.GetLen() != length {
+		return 0, nil, fmt.Errorf("%d bytes (source %d): %w", length, src.GetLen(), ErrTooLarge)
+	}
+	slot, buf, err := n.buffer(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	data := buf[:length]
+	rb := fabric.RemoteBuf{Node: fabric.NodeID(src.Node), Key: src.Key, Offset: src.Offset, Len: src.Len}
+	if err := n.ep.Read(ctx, rb, data); err == nil && CRC(data) != crc {
+		err = fmt.Errorf("pulled bytes: %w", ErrChecksum)
+	} else if err != nil {
+		err = fmt.Errorf("pull: %w", err)
+	}
+	if err != nil {
+		n.free <- slot
+		return 0, nil, err
+	}
+	return slot, data, nil
+}
+
 // update handles an UpdateRequest: from a client at the head, or forwarded
 // by a predecessor.
 func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.UpdateRequest) (*storagepb.UpdateReply, error) {
@@ -165,22 +189,11 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 // apply pulls the update's bytes, stores them as a pending version,
 // forwards them down the chain and commits once the rest of the chain has.
 func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storagepb.UpdateReply, error) {
-	if int(req.Length) > n.cfg.BufferSize || req.Src.GetLen() != req.Length {
-		return nil, fmt.Errorf("update of %d bytes (source %d): %w", req.Length, req.Src.GetLen(), ErrTooLarge)
-	}
-	slot, buf, err := n.buffer(ctx)
+	slot, data, err := n.pull(ctx, req.Src, req.Length, req.Crc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("update of chunk %v: %w", req.Chunk, err)
 	}
 	defer func() { n.free <- slot }()
-	data := buf[:req.Length]
-	src := fabric.RemoteBuf{Node: fabric.NodeID(req.Src.Node), Key: req.Src.Key, Offset: req.Src.Offset, Len: req.Src.Len}
-	if err := n.ep.Read(ctx, src, data); err != nil {
-		return nil, fmt.Errorf("pull update: %w", err)
-	}
-	if CRC(data) != req.Crc {
-		return nil, fmt.Errorf("update of chunk %v: pulled bytes: %w", req.Chunk, ErrChecksum)
-	}
 	id := ChunkFromProto(req.Chunk)
 	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
 	defer unlock()

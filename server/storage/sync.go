@@ -239,22 +239,11 @@ func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb
 		defer unlock()
 		return &storagepb.SyncWriteReply{}, e.Remove(id)
 	}
-	if int(req.Length) > n.cfg.BufferSize || req.Src.GetLen() != req.Length {
-		return nil, fmt.Errorf("sync of %d bytes: %w", req.Length, ErrTooLarge)
-	}
-	slot, buf, err := n.buffer(ctx)
+	slot, data, err := n.pull(ctx, req.Src, req.Length, req.Crc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sync of chunk %v: %w", id, err)
 	}
 	defer func() { n.free <- slot }()
-	data := buf[:req.Length]
-	src := fabric.RemoteBuf{Node: fabric.NodeID(req.Src.Node), Key: req.Src.Key, Offset: req.Src.Offset, Len: req.Src.Len}
-	if err := n.ep.Read(ctx, src, data); err != nil {
-		return nil, fmt.Errorf("pull sync data: %w", err)
-	}
-	if CRC(data) != req.Crc {
-		return nil, fmt.Errorf("sync of chunk %v: %w", id, ErrChecksum)
-	}
 	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
 	defer unlock()
 	return &storagepb.SyncWriteReply{}, e.Replace(id, req.Ver, data)
