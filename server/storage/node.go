@@ -155,10 +155,11 @@ func (n *Node) pull(ctx context.Context, src *storagepb.RemoteBuf, length, crc u
 	}
 	data := buf[:length]
 	rb := fabric.RemoteBuf{Node: fabric.NodeID(src.Node), Key: src.Key, Offset: src.Offset, Len: src.Len}
-	if err := n.ep.Read(ctx, rb, data); err == nil && CRC(data) != crc {
-		err = fmt.Errorf("pulled bytes: %w", ErrChecksum)
-	} else if err != nil {
+	err = n.ep.Read(ctx, rb, data)
+	if err != nil {
 		err = fmt.Errorf("pull: %w", err)
+	} else if CRC(data) != crc {
+		err = fmt.Errorf("pulled bytes: %w", ErrChecksum)
 	}
 	if err != nil {
 		n.free <- slot
