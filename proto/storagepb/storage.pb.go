@@ -485,6 +485,7 @@ type ReadResult struct {
 	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
 	Length        uint32                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`   // bytes pushed (short at the end of the chunk)
 	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"` // the committed version read
+	Crc           uint32                 `protobuf:"varint,5,opt,name=crc,proto3" json:"crc,omitempty"`         // CRC32C of the bytes pushed: the client checks it
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -543,6 +544,13 @@ func (x *ReadResult) GetLength() uint32 {
 func (x *ReadResult) GetVersion() uint64 {
 	if x != nil {
 		return x.Version
+	}
+	return 0
+}
+
+func (x *ReadResult) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
 	}
 	return 0
 }
@@ -1237,13 +1245,14 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\x06target\x18\a \x01(\rR\x06target\"i\n" +
 	"\vReadRequest\x126\n" +
 	"\aentries\x18\x01 \x03(\v2\x1c.sluice.storage.v1.ReadEntryR\aentries\x12\"\n" +
-	"\rfail_if_dirty\x18\x02 \x01(\bR\vfailIfDirty\"h\n" +
+	"\rfail_if_dirty\x18\x02 \x01(\bR\vfailIfDirty\"z\n" +
 	"\n" +
 	"ReadResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\rR\x06length\x12\x18\n" +
-	"\aversion\x18\x04 \x01(\x04R\aversion\"D\n" +
+	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x10\n" +
+	"\x03crc\x18\x05 \x01(\rR\x03crc\"D\n" +
 	"\tReadReply\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.sluice.storage.v1.ReadResultR\aresults\"\x8b\x01\n" +
 	"\fQueryRequest\x12\x14\n" +

@@ -89,6 +89,9 @@ func (c *Client) ReadRegistered(ctx context.Context, chain ChainID, chunk ChunkI
 			return fmt.Errorf("%w: %d results for 1 read", fabric.ErrProtocol, len(resp.Results))
 		}
 		res = resp.Results[0]
+		if int(res.Length) > len(buf) {
+			return fmt.Errorf("%w: %d bytes read into %d", fabric.ErrProtocol, res.Length, len(buf))
+		}
 		if res.Code != 0 {
 			err := fabric.RemoteError(fabric.Code(res.Code), res.Error)
 			if failIfDirty && errors.Is(err, ErrNotCommitted) {
@@ -102,6 +105,11 @@ func (c *Client) ReadRegistered(ctx context.Context, chain ChainID, chunk ChunkI
 		return 0, 0, fmt.Errorf("read chunk %v: %w", chunk, err)
 	}
 	mr.Fence()
+	// The bytes came from disk checked block by block; this closes the loop
+	// to the client's memory, whatever the wire did.
+	if CRC(buf[:res.Length]) != res.Crc {
+		return 0, 0, fmt.Errorf("read chunk %v: bytes received: %w", chunk, ErrChecksum)
+	}
 	return int(res.Length), res.Version, nil
 }
 

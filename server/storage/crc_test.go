@@ -15,3 +15,17 @@ func TestCRCCombine(t *testing.T) {
 		}
 	}
 }
+
+func TestRangeCRC(t *testing.T) {
+	data := fabrictest.RandBytes(2, 10*blockSize+123)
+	v := newVersion(1, data)
+	if v.Crc != CRC(data) {
+		t.Fatal("version CRC differs from the content's")
+	}
+	for _, r := range [][2]int{{0, len(data)}, {blockSize, 3 * blockSize}, {2 * blockSize, len(data) - 2*blockSize}, {5, 100}, {blockSize, 17}, {0, 0}} {
+		got := RangeCRC(v, uint32(r[0]), data[r[0]:r[0]+r[1]])
+		if want := CRC(data[r[0] : r[0]+r[1]]); got != want {
+			t.Fatalf("range [%d:+%d]: %#x, want %#x", r[0], r[1], got, want)
+		}
+	}
+}

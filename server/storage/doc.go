@@ -40,6 +40,13 @@
 // s2-compressed (EngineConfig.Compress), only when that saves at least an
 // eighth: incompressible data costs one failed encode, nothing more.
 //
+// Chunk data is checked end to end, so storage can run fabric without
+// payload checksums (tcp.Config.NoDataChecksum): an update carries the
+// writer's CRC32C, which every replica checks after pulling the bytes; a
+// read returns the CRC32C of the bytes it pushed (combined from the checked
+// blocks' checksums, so free for aligned ranges), which the client checks
+// in its own memory.
+//
 // All chunk-data I/O goes through FS (OSFS; FaultFS injects errors and lost
 // writes). Disk full surfaces as ErrNoSpace; the target keeps its last good
 // state and stays up.

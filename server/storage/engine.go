@@ -497,6 +497,23 @@ func readError(id ChunkID, v *storagepb.Version, err error) error {
 	return diskError(id, err)
 }
 
+// RangeCRC is the CRC32C of data, the n bytes of version v at off that a
+// read returned. For block-aligned ranges (and ranges that end the chunk)
+// it is combined from the blocks' checksums without touching the bytes, so
+// a server can hand the client an end-to-end checksum for free.
+func RangeCRC(v *storagepb.Version, off uint32, data []byte) uint32 {
+	n := uint32(len(data))
+	end := off + n
+	if off%blockSize != 0 || (end%blockSize != 0 && end != v.Length) || int(end/blockSize) > len(v.BlockCrcs)+1 {
+		return CRC(data)
+	}
+	crc := uint32(0)
+	for b := off; b < end; b += blockSize {
+		crc = crcCombine(crc, v.BlockCrcs[b/blockSize], int(min(blockSize, end-b)))
+	}
+	return crc
+}
+
 // checkBlocks verifies the blocks of v held in buf, which covers [from, to).
 func checkBlocks(id ChunkID, v *storagepb.Version, buf []byte, from, to uint32) error {
 	for b := from; b < to; b += blockSize {

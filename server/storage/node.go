@@ -349,12 +349,12 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 		buf = buf[e.Length:]
 		res := &storagepb.ReadResult{}
 		reply.Results[i] = res
-		got, ver, err := n.readEntry(ctx, e, req.FailIfDirty, data)
+		got, ver, crc, err := n.readEntry(ctx, e, req.FailIfDirty, data)
 		if err != nil {
 			res.Code, res.Error = uint32(fabric.CodeOf(err)), err.Error()
 			continue
 		}
-		res.Length, res.Version = uint32(got), ver
+		res.Length, res.Version, res.Crc = uint32(got), ver, crc
 		if got > 0 {
 			ops = append(ops, fabric.Op{
 				Remote: fabric.RemoteBuf{Node: fabric.NodeID(e.Dst.Node), Key: e.Dst.Key, Offset: e.Dst.Offset, Len: uint32(got)},
@@ -372,49 +372,50 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 var readBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // readEntry reads one entry's committed bytes (CRAQ: a dirty chunk is
-// resolved by asking the tail which version is committed).
-func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirty bool, dst []byte) (int, uint64, error) {
+// resolved by asking the tail which version is committed) and returns
+// their CRC for the client to check.
+func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirty bool, dst []byte) (int, uint64, uint32, error) {
 	chain, eng, err := n.route(e.Chain, e.ChainVer, e.Target)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if t := n.routing.Routing().Targets[TargetID(e.Target)]; t.State != Serving {
-		return 0, 0, fmt.Errorf("target %d is %v: %w", e.Target, t.State, ErrUnavailable)
+		return 0, 0, 0, fmt.Errorf("target %d is %v: %w", e.Target, t.State, ErrUnavailable)
 	}
 	id := ChunkFromProto(e.Chunk)
 	m, err := eng.Meta(id)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	ver := uint64(0)
 	if p := m.GetPending(); p != nil && servingTail(n.routing.Routing(), chain) != TargetID(e.Target) {
 		if failIfDirty {
-			return 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
+			return 0, 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
 		}
 		tailVer, err := n.queryTail(ctx, chain, e.Chunk)
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 		switch tailVer {
 		case p.Ver:
 			ver = p.Ver
 		case m.GetCommitted().GetVer():
 		default:
-			return 0, 0, fmt.Errorf("chunk %v: tail has version %d, here %d/%d: %w", id, tailVer, m.GetCommitted().GetVer(), p.Ver, ErrNotCommitted)
+			return 0, 0, 0, fmt.Errorf("chunk %v: tail has version %d, here %d/%d: %w", id, tailVer, m.GetCommitted().GetVer(), p.Ver, ErrNotCommitted)
 		}
 	}
 	got, v, err := eng.ReadVersion(id, ver, e.Offset, dst)
 	if errors.Is(err, ErrNotFound) {
-		return 0, 0, nil // never written: a hole
+		return 0, 0, 0, nil // never written: a hole (the CRC of nothing is 0)
 	}
 	if errors.Is(err, ErrVersion) {
 		// The version moved on (committed or replaced) since we looked.
-		return 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
+		return 0, 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
 	}
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return got, v.Ver, nil
+	return got, v.Ver, RangeCRC(v, e.Offset, dst[:got]), nil
 }
 
 func (n *Node) queryTail(ctx context.Context, c Chain, chunk *storagepb.ChunkID) (uint64, error) {
