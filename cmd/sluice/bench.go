@@ -31,10 +31,10 @@ func newBenchCmd() *cobra.Command {
 }
 
 type fabricBenchFlags struct {
-	transport  string
-	size       string
-	duration   time.Duration
-	noChecksum bool
+	transport string
+	size      string
+	duration  time.Duration
+	checksum  bool
 }
 
 func newBenchFabricCmd() *cobra.Command {
@@ -59,7 +59,7 @@ percentiles. For ratios against a plain socket, see 'make bench'.`,
 	cmd.Flags().StringVar(&f.transport, "transport", "tcp", "tcp or local")
 	cmd.Flags().StringVar(&f.size, "size", "1MiB", "bytes per Read/Write (e.g. 4KiB, 1MiB)")
 	cmd.Flags().DurationVar(&f.duration, "duration", 2*time.Second, "how long to run each operation")
-	cmd.Flags().BoolVar(&f.noChecksum, "no-data-checksum", false, "tcp: do not checksum payloads")
+	cmd.Flags().BoolVar(&f.checksum, "data-checksum", false, "tcp: checksum payloads on the wire too")
 	return cmd
 }
 
@@ -90,7 +90,7 @@ func benchFabric(ctx context.Context, out io.Writer, f fabricBenchFlags, size in
 	case "tcp":
 		secret := make([]byte, 32)
 		rand.Read(secret)
-		t, err := tcp.New(tcp.Config{Secret: secret, NoDataChecksum: f.noChecksum, Logger: slog.New(slog.DiscardHandler)})
+		t, err := tcp.New(tcp.Config{Secret: secret, DataChecksum: f.checksum, Logger: slog.New(slog.DiscardHandler)})
 		if err != nil {
 			return err
 		}

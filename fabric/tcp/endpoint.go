@@ -34,13 +34,16 @@ type Config struct {
 	// ConnsPerPeer bounds the connections this side dials to one peer
 	// (default 4). Connections are added only while all existing ones are busy.
 	ConnsPerPeer int
-	// NoDataChecksum stops this side checksumming the bulk data of the frames
-	// it sends (headers and metadata are always checksummed, and data that
-	// arrives with a checksum is always checked). Checksumming costs one
-	// CRC32C pass per end, about a fifth of loopback throughput at 1 MiB on
-	// a 2-core machine; turn it off only where data carries an end-to-end
-	// checksum of its own.
-	NoDataChecksum bool
+	// DataChecksum makes this side checksum the bulk data of the frames it
+	// sends too (headers and metadata always are, and data that arrives with
+	// a checksum is always checked). It is off by default because Sluice's
+	// data is checked end to end above the transport — a chunk write carries
+	// the writer's CRC32C, checked by every replica, and a chunk read returns
+	// a CRC32C that the reader checks in its own memory — and a second
+	// checksum per hop costs one CRC32C pass per end, about a fifth of
+	// loopback throughput at 1 MiB on a 2-core machine. Turn it on for data
+	// without a checksum of its own.
+	DataChecksum bool
 	// MaxConns bounds accepted connections (default 4096).
 	MaxConns int
 	// DialTimeout bounds dialing and the handshake (default 5s).
@@ -171,7 +174,7 @@ func (ep *Endpoint) ID() fabric.NodeID { return ep.id }
 
 // dataFlags are the flags of a frame this endpoint sends with n bytes of data.
 func (ep *Endpoint) dataFlags(n uint64) uint8 {
-	if ep.cfg.NoDataChecksum || n == 0 {
+	if !ep.cfg.DataChecksum || n == 0 {
 		return 0
 	}
 	return flagDataCRC

@@ -25,7 +25,7 @@ import (
 //
 // followed by the meta, then dataLen bytes of data and, when flagDataCRC is
 // set, a trailer: the data's CRC32C (u32). Senders set it unless configured
-// not to (Config.NoDataChecksum); receivers check it whenever it is set.
+// to (Config.DataChecksum); receivers check it whenever it is set.
 //
 // The meta is small and is checked (headCRC) before anything acts on it, so a
 // corrupted descriptor can never steer bulk data into the wrong place. Bulk

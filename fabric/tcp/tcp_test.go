@@ -40,7 +40,7 @@ func TestContract(t *testing.T) {
 	fabrictest.Run(t, pairWith(Config{}))
 }
 
-// TestContractNoDataChecksum: the same contract with payload checksums off.
-func TestContractNoDataChecksum(t *testing.T) {
-	fabrictest.Run(t, pairWith(Config{NoDataChecksum: true}))
+// TestContractDataChecksum: the same contract with payload checksums on.
+func TestContractDataChecksum(t *testing.T) {
+	fabrictest.Run(t, pairWith(Config{DataChecksum: true}))
 }

@@ -138,9 +138,7 @@ func BenchmarkChainWrite(b *testing.B) {
 // loopback socket moving the same bytes (x_socket), and batched 4 KiB reads
 // (iops).
 func BenchmarkChainRead(b *testing.B) {
-	// Chunk data carries its own end-to-end checksums (see the package doc),
-	// so storage runs fabric without payload checksums.
-	tr, err := tcp.New(tcp.Config{Secret: []byte("bench"), Logger: quiet, NoDataChecksum: true})
+	tr, err := tcp.New(tcp.Config{Secret: []byte("bench"), Logger: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}

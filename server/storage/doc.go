@@ -40,8 +40,8 @@
 // s2-compressed (EngineConfig.Compress), only when that saves at least an
 // eighth: incompressible data costs one failed encode, nothing more.
 //
-// Chunk data is checked end to end, so storage can run fabric without
-// payload checksums (tcp.Config.NoDataChecksum): an update carries the
+// Chunk data is checked end to end, which is why fabric need not checksum
+// payloads (tcp.Config.DataChecksum is off by default): an update carries the
 // writer's CRC32C, which every replica checks after pulling the bytes; a
 // read returns the CRC32C of the bytes it pushed (combined from the checked
 // blocks' checksums, so free for aligned ranges), which the client checks
