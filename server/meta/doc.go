@@ -1,0 +1,22 @@
+// Package meta owns Sluice's namespace: inodes, directory entries,
+// symlinks, hard links, attributes and file layouts, and the operations on
+// them (mkdir, create, lookup, stat, list, rename, unlink, rmdir, symlink,
+// link, setattr, statfs).
+//
+// Namespace is the state machine: every mutation is a deterministic
+// function of the namespace and its arguments (the caller supplies the
+// time), applied atomically in one Pebble batch, so that the Raft group
+// replicating the namespace (server/raftstore) can apply the same commands
+// on every replica and get the same state. It is not safe to apply two
+// mutations at once; Raft applies them one at a time.
+//
+// Keys: "i" + inode number (big-endian) -> metapb.Inode; "d" + parent inode
+// number + name -> child inode number and type; "g" + inode number -> files
+// whose last link went, for the chunk collector; "n" -> the next inode
+// number.
+//
+// Names are refused (ErrInvalidName) if empty, ".", "..", or if they hold
+// '/' or NUL; longer than 255 bytes is ErrNameTooLong, paths longer than
+// 4096 bytes too. A rename that would move a directory under itself is
+// ErrLoop.
+package meta

@@ -1,0 +1,604 @@
+package meta
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicefs/sluice/proto/metapb"
+)
+
+// RootIno is the root directory's inode number.
+const RootIno = 1
+
+const (
+	maxName = 255
+	maxPath = 4096
+)
+
+// Namespace is the namespace state machine on a Pebble database.
+type Namespace struct {
+	db *pebble.DB
+	// DefaultLayout is what the root directory's files get (and pass on).
+	defaultLayout *metapb.Layout
+}
+
+// Open opens (or creates, with a root directory stamped now) the namespace
+// in db.
+func Open(db *pebble.DB, rootLayout *metapb.Layout, now int64) (*Namespace, error) {
+	ns := &Namespace{db: db, defaultLayout: rootLayout}
+	if _, err := ns.Stat(RootIno); errors.Is(err, ErrStale) {
+		b := db.NewBatch()
+		defer b.Close()
+		root := &metapb.Inode{Ino: RootIno, Type: metapb.InodeType_DIRECTORY, Mode: 0o755, Nlink: 2,
+			AtimeNs: now, MtimeNs: now, CtimeNs: now, Layout: rootLayout, Parent: RootIno}
+		if err := putInode(b, root); err != nil {
+			return nil, err
+		}
+		if err := b.Set([]byte("n"), binary.BigEndian.AppendUint64(nil, RootIno+1), nil); err != nil {
+			return nil, err
+		}
+		if err := b.Commit(pebble.Sync); err != nil {
+			return nil, fmt.Errorf("create root: %w", err)
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	return ns, nil
+}
+
+func inodeKey(ino uint64) []byte { return binary.BigEndian.AppendUint64([]byte{'i'}, ino) }
+
+func direntKey(parent uint64, name string) []byte {
+	return append(binary.BigEndian.AppendUint64([]byte{'d'}, parent), name...)
+}
+
+func gcKey(ino uint64) []byte { return binary.BigEndian.AppendUint64([]byte{'g'}, ino) }
+
+// reader is what a read sees: the database or a batch being built.
+type reader interface {
+	Get(key []byte) ([]byte, interface{ Close() error }, error)
+}
+
+type dbReader struct{ db *pebble.DB }
+
+func (r dbReader) Get(k []byte) ([]byte, interface{ Close() error }, error) {
+	v, c, err := r.db.Get(k)
+	return v, c, err
+}
+
+func get(r reader, k []byte) ([]byte, error) {
+	v, c, err := r.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return bytes.Clone(v), nil
+}
+
+func loadInode(r reader, ino uint64) (*metapb.Inode, error) {
+	v, err := get(r, inodeKey(ino))
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return nil, fmt.Errorf("inode %d: %w", ino, ErrStale)
+	}
+	in := &metapb.Inode{}
+	if err := proto.Unmarshal(v, in); err != nil {
+		return nil, fmt.Errorf("inode %d: %w", ino, err)
+	}
+	return in, nil
+}
+
+func putInode(b *pebble.Batch, in *metapb.Inode) error {
+	v, err := proto.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return b.Set(inodeKey(in.Ino), v, nil)
+}
+
+// lookup returns the child of dir called name, or ErrNotFound.
+func lookup(r reader, dir uint64, name string) (uint64, metapb.InodeType, error) {
+	v, err := get(r, direntKey(dir, name))
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(v) != 9 {
+		return 0, 0, fmt.Errorf("%q in directory %d: %w", name, dir, ErrNotFound)
+	}
+	return binary.BigEndian.Uint64(v), metapb.InodeType(v[8]), nil
+}
+
+func putDirent(b *pebble.Batch, dir uint64, name string, ino uint64, t metapb.InodeType) error {
+	return b.Set(direntKey(dir, name), append(binary.BigEndian.AppendUint64(nil, ino), byte(t)), nil)
+}
+
+// CheckName refuses names no directory may hold.
+func CheckName(name string) error {
+	switch {
+	case name == "" || name == "." || name == "..":
+		return fmt.Errorf("%w: %q", ErrInvalidName, name)
+	case strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("%w: %q holds '/' or NUL", ErrInvalidName, name)
+	case len(name) > maxName:
+		return fmt.Errorf("%w: %d bytes, limit %d", ErrNameTooLong, len(name), maxName)
+	}
+	return nil
+}
+
+// write runs fn on a batch the caller's reads see, and commits it. The
+// batch is not synced: the Raft log is what makes a mutation durable.
+func (ns *Namespace) write(fn func(b *pebble.Batch) error) error {
+	b := ns.db.NewIndexedBatch()
+	defer b.Close()
+	if err := fn(b); err != nil {
+		return err
+	}
+	return b.Commit(pebble.NoSync)
+}
+
+type batchReader struct{ b *pebble.Batch }
+
+func (r batchReader) Get(k []byte) ([]byte, interface{ Close() error }, error) {
+	v, c, err := r.b.Get(k)
+	return v, c, err
+}
+
+func (ns *Namespace) nextIno(b *pebble.Batch) (uint64, error) {
+	v, err := get(batchReader{b}, []byte("n"))
+	if err != nil || len(v) != 8 {
+		return 0, fmt.Errorf("inode counter: %v", err)
+	}
+	ino := binary.BigEndian.Uint64(v)
+	return ino, b.Set([]byte("n"), binary.BigEndian.AppendUint64(nil, ino+1), nil)
+}
+
+// dirOf loads ino and checks it is a directory.
+func dirOf(r reader, ino uint64) (*metapb.Inode, error) {
+	d, err := loadInode(r, ino)
+	if err != nil {
+		return nil, err
+	}
+	if d.Type != metapb.InodeType_DIRECTORY {
+		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotDir)
+	}
+	return d, nil
+}
+
+// Attrs are the attributes a new inode gets.
+type Attrs struct {
+	Mode     uint32
+	UID, GID uint32
+	Now      int64 // nanoseconds; chosen by the caller so replicas agree
+}
+
+// make adds a new inode of type t called name in parent.
+func (ns *Namespace) make(parent uint64, name string, t metapb.InodeType, a Attrs, fill func(in, dir *metapb.Inode)) (*metapb.Inode, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	var out *metapb.Inode
+	err := ns.write(func(b *pebble.Batch) error {
+		r := batchReader{b}
+		dir, err := dirOf(r, parent)
+		if err != nil {
+			return err
+		}
+		if _, _, err := lookup(r, parent, name); err == nil {
+			return fmt.Errorf("%q in directory %d: %w", name, parent, ErrExist)
+		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		ino, err := ns.nextIno(b)
+		if err != nil {
+			return err
+		}
+		in := &metapb.Inode{Ino: ino, Type: t, Mode: a.Mode, Uid: a.UID, Gid: a.GID, Nlink: 1,
+			AtimeNs: a.Now, MtimeNs: a.Now, CtimeNs: a.Now}
+		fill(in, dir)
+		dir.MtimeNs, dir.CtimeNs = a.Now, a.Now
+		if err := putInode(b, in); err != nil {
+			return err
+		}
+		if err := putInode(b, dir); err != nil {
+			return err
+		}
+		out = in
+		return putDirent(b, parent, name, ino, t)
+	})
+	return out, err
+}
+
+// Mkdir makes a directory; it inherits its parent's layout.
+func (ns *Namespace) Mkdir(parent uint64, name string, a Attrs) (*metapb.Inode, error) {
+	return ns.make(parent, name, metapb.InodeType_DIRECTORY, a, func(in, dir *metapb.Inode) {
+		in.Nlink, in.Layout, in.Parent = 2, dir.Layout, dir.Ino
+		dir.Nlink++
+	})
+}
+
+// Create makes an empty file with its directory's layout.
+func (ns *Namespace) Create(parent uint64, name string, a Attrs) (*metapb.Inode, error) {
+	return ns.make(parent, name, metapb.InodeType_FILE, a, func(in, dir *metapb.Inode) {
+		in.Layout = dir.Layout
+	})
+}
+
+// Symlink makes a symbolic link to target.
+func (ns *Namespace) Symlink(parent uint64, name, target string, a Attrs) (*metapb.Inode, error) {
+	if target == "" || len(target) > maxPath {
+		return nil, fmt.Errorf("%w: symlink target of %d bytes", ErrInvalidName, len(target))
+	}
+	return ns.make(parent, name, metapb.InodeType_SYMLINK, a, func(in, dir *metapb.Inode) {
+		in.Target, in.Size = target, uint64(len(target))
+	})
+}
+
+// Link adds name in parent as another name of file ino.
+func (ns *Namespace) Link(ino, parent uint64, name string, now int64) (*metapb.Inode, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	var out *metapb.Inode
+	err := ns.write(func(b *pebble.Batch) error {
+		r := batchReader{b}
+		in, err := loadInode(r, ino)
+		if err != nil {
+			return err
+		}
+		if in.Type == metapb.InodeType_DIRECTORY {
+			return fmt.Errorf("hard link to directory %d: %w", ino, ErrIsDir)
+		}
+		dir, err := dirOf(r, parent)
+		if err != nil {
+			return err
+		}
+		if _, _, err := lookup(r, parent, name); err == nil {
+			return fmt.Errorf("%q in directory %d: %w", name, parent, ErrExist)
+		}
+		in.Nlink++
+		in.CtimeNs = now
+		dir.MtimeNs, dir.CtimeNs = now, now
+		if err := putInode(b, in); err != nil {
+			return err
+		}
+		if err := putInode(b, dir); err != nil {
+			return err
+		}
+		out = in
+		return putDirent(b, parent, name, ino, in.Type)
+	})
+	return out, err
+}
+
+// Lookup returns the inode called name in parent.
+func (ns *Namespace) Lookup(parent uint64, name string) (*metapb.Inode, error) {
+	r := dbReader{ns.db}
+	if _, err := dirOf(r, parent); err != nil {
+		return nil, err
+	}
+	ino, _, err := lookup(r, parent, name)
+	if err != nil {
+		return nil, err
+	}
+	return loadInode(r, ino)
+}
+
+// Stat returns inode ino; ErrStale if there is none.
+func (ns *Namespace) Stat(ino uint64) (*metapb.Inode, error) {
+	return loadInode(dbReader{ns.db}, ino)
+}
+
+// Resolve walks an absolute path (symlinks are not followed).
+func (ns *Namespace) Resolve(path string) (*metapb.Inode, error) {
+	if len(path) > maxPath {
+		return nil, fmt.Errorf("%w: path of %d bytes, limit %d", ErrNameTooLong, len(path), maxPath)
+	}
+	if !strings.HasPrefix(path, "/") {
+		return nil, fmt.Errorf("%w: %q is not absolute", ErrInvalidName, path)
+	}
+	in, err := ns.Stat(RootIno)
+	for _, part := range strings.Split(path, "/") {
+		if err != nil || part == "" {
+			continue
+		}
+		in, err = ns.Lookup(in.Ino, part)
+	}
+	return in, err
+}
+
+// List returns up to limit entries of dir after the name after (exclusive),
+// in name order, and whether there are more.
+func (ns *Namespace) List(dir uint64, after string, limit int) ([]*metapb.DirEntry, bool, error) {
+	if _, err := dirOf(dbReader{ns.db}, dir); err != nil {
+		return nil, false, err
+	}
+	prefix := binary.BigEndian.AppendUint64([]byte{'d'}, dir)
+	lower := append(bytes.Clone(prefix), after...)
+	if after != "" {
+		lower = append(lower, 0)
+	}
+	upper := binary.BigEndian.AppendUint64([]byte{'d'}, dir+1)
+	it, err := ns.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	if err != nil {
+		return nil, false, err
+	}
+	defer it.Close()
+	var out []*metapb.DirEntry
+	for it.First(); it.Valid(); it.Next() {
+		if len(out) == limit {
+			return out, true, nil
+		}
+		v := it.Value()
+		out = append(out, &metapb.DirEntry{Name: string(it.Key()[len(prefix):]), Ino: binary.BigEndian.Uint64(v), Type: metapb.InodeType(v[8])})
+	}
+	return out, false, it.Error()
+}
+
+// Unlink removes name (not a directory) from parent. A file whose last
+// link goes is queued for the chunk collector.
+func (ns *Namespace) Unlink(parent uint64, name string, now int64) error {
+	return ns.remove(parent, name, now, false)
+}
+
+// Rmdir removes the empty directory name from parent.
+func (ns *Namespace) Rmdir(parent uint64, name string, now int64) error {
+	return ns.remove(parent, name, now, true)
+}
+
+func (ns *Namespace) remove(parent uint64, name string, now int64, wantDir bool) error {
+	if err := CheckName(name); err != nil {
+		return err
+	}
+	return ns.write(func(b *pebble.Batch) error {
+		r := batchReader{b}
+		dir, err := dirOf(r, parent)
+		if err != nil {
+			return err
+		}
+		ino, t, err := lookup(r, parent, name)
+		if err != nil {
+			return err
+		}
+		isDir := t == metapb.InodeType_DIRECTORY
+		if isDir && !wantDir {
+			return fmt.Errorf("unlink %q: %w", name, ErrIsDir)
+		}
+		if !isDir && wantDir {
+			return fmt.Errorf("rmdir %q: %w", name, ErrNotDir)
+		}
+		if err := ns.drop(b, dir, name, ino, now); err != nil {
+			return err
+		}
+		return putInode(b, dir)
+	})
+}
+
+// drop removes entry name -> ino from dir (whose inode the caller saves)
+// and releases the inode's link.
+func (ns *Namespace) drop(b *pebble.Batch, dir *metapb.Inode, name string, ino uint64, now int64) error {
+	r := batchReader{b}
+	in, err := loadInode(r, ino)
+	if err != nil {
+		return err
+	}
+	if in.Type == metapb.InodeType_DIRECTORY {
+		if empty, err := ns.emptyDir(b, ino); err != nil {
+			return err
+		} else if !empty {
+			return fmt.Errorf("directory %q: %w", name, ErrNotEmpty)
+		}
+		dir.Nlink--
+	}
+	if err := b.Delete(direntKey(dir.Ino, name), nil); err != nil {
+		return err
+	}
+	dir.MtimeNs, dir.CtimeNs = now, now
+	in.CtimeNs = now
+	if in.Type == metapb.InodeType_DIRECTORY || in.Nlink <= 1 {
+		if err := b.Delete(inodeKey(ino), nil); err != nil {
+			return err
+		}
+		if in.Type == metapb.InodeType_FILE {
+			v, _ := proto.Marshal(in)
+			return b.Set(gcKey(ino), v, nil)
+		}
+		return nil
+	}
+	in.Nlink--
+	return putInode(b, in)
+}
+
+func (ns *Namespace) emptyDir(b *pebble.Batch, ino uint64) (bool, error) {
+	it, err := b.NewIter(&pebble.IterOptions{
+		LowerBound: binary.BigEndian.AppendUint64([]byte{'d'}, ino),
+		UpperBound: binary.BigEndian.AppendUint64([]byte{'d'}, ino+1),
+	})
+	if err != nil {
+		return false, err
+	}
+	defer it.Close()
+	return !it.First(), it.Error()
+}
+
+// Rename moves srcName in srcParent to dstName in dstParent, atomically,
+// replacing a file there, or an empty directory by a directory.
+func (ns *Namespace) Rename(srcParent uint64, srcName string, dstParent uint64, dstName string, now int64) error {
+	if err := CheckName(srcName); err != nil {
+		return err
+	}
+	if err := CheckName(dstName); err != nil {
+		return err
+	}
+	return ns.write(func(b *pebble.Batch) error {
+		r := batchReader{b}
+		src, err := dirOf(r, srcParent)
+		if err != nil {
+			return err
+		}
+		dst := src
+		if dstParent != srcParent {
+			if dst, err = dirOf(r, dstParent); err != nil {
+				return err
+			}
+		}
+		ino, t, err := lookup(r, srcParent, srcName)
+		if err != nil {
+			return err
+		}
+		if srcParent == dstParent && srcName == dstName {
+			return nil
+		}
+		isDir := t == metapb.InodeType_DIRECTORY
+		if isDir {
+			// Refuse to move a directory under itself: walk up from dst.
+			for d := dst; ; {
+				if d.Ino == ino {
+					return fmt.Errorf("rename %q into %d: %w", srcName, dstParent, ErrLoop)
+				}
+				if d.Ino == RootIno {
+					break
+				}
+				if d, err = dirOf(r, d.Parent); err != nil {
+					return err
+				}
+			}
+		}
+		if old, ot, err := lookup(r, dstParent, dstName); err == nil {
+			if old == ino {
+				return nil // two names of one file: nothing to do (POSIX)
+			}
+			oldDir := ot == metapb.InodeType_DIRECTORY
+			if isDir && !oldDir {
+				return fmt.Errorf("rename directory over %q: %w", dstName, ErrNotDir)
+			}
+			if !isDir && oldDir {
+				return fmt.Errorf("rename over directory %q: %w", dstName, ErrIsDir)
+			}
+			if err := ns.drop(b, dst, dstName, old, now); err != nil {
+				return err
+			}
+		} else if !errors.Is(err, ErrNotFound) {
+			return err
+		}
+		if err := b.Delete(direntKey(srcParent, srcName), nil); err != nil {
+			return err
+		}
+		if err := putDirent(b, dstParent, dstName, ino, t); err != nil {
+			return err
+		}
+		in, err := loadInode(r, ino)
+		if err != nil {
+			return err
+		}
+		in.CtimeNs = now
+		if isDir && srcParent != dstParent {
+			in.Parent = dstParent
+			src.Nlink--
+			dst.Nlink++
+		}
+		if err := putInode(b, in); err != nil {
+			return err
+		}
+		src.MtimeNs, src.CtimeNs = now, now
+		dst.MtimeNs, dst.CtimeNs = now, now
+		if err := putInode(b, src); err != nil {
+			return err
+		}
+		if dst != src {
+			return putInode(b, dst)
+		}
+		return nil
+	})
+}
+
+// SetAttr changes the attributes set in s of inode ino.
+type SetAttr struct {
+	Mode, UID, GID *uint32
+	Size           *uint64
+	Atime, Mtime   *int64
+}
+
+// Setattr applies s to ino; a size change (truncate) is for files only.
+func (ns *Namespace) Setattr(ino uint64, s SetAttr, now int64) (*metapb.Inode, error) {
+	var out *metapb.Inode
+	err := ns.write(func(b *pebble.Batch) error {
+		in, err := loadInode(batchReader{b}, ino)
+		if err != nil {
+			return err
+		}
+		if s.Mode != nil {
+			in.Mode = *s.Mode & 0o7777
+		}
+		if s.UID != nil {
+			in.Uid = *s.UID
+		}
+		if s.GID != nil {
+			in.Gid = *s.GID
+		}
+		if s.Size != nil {
+			if in.Type != metapb.InodeType_FILE {
+				return fmt.Errorf("truncate inode %d: %w", ino, ErrIsDir)
+			}
+			in.Size = *s.Size
+			in.MtimeNs = now
+		}
+		if s.Atime != nil {
+			in.AtimeNs = *s.Atime
+		}
+		if s.Mtime != nil {
+			in.MtimeNs = *s.Mtime
+		}
+		in.CtimeNs = now
+		out = in
+		return putInode(b, in)
+	})
+	return out, err
+}
+
+// Statfs counts the namespace's inodes.
+func (ns *Namespace) Statfs() (inodes uint64, err error) {
+	it, err := ns.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'i'}, UpperBound: []byte{'j'}})
+	if err != nil {
+		return 0, err
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		inodes++
+	}
+	return inodes, it.Error()
+}
+
+// Garbage returns up to limit files whose last link went, for the chunk
+// collector, which calls Collected once their chunks are gone.
+func (ns *Namespace) Garbage(limit int) ([]*metapb.Inode, error) {
+	it, err := ns.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'g'}, UpperBound: []byte{'h'}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	var out []*metapb.Inode
+	for it.First(); it.Valid() && len(out) < limit; it.Next() {
+		in := &metapb.Inode{}
+		if err := proto.Unmarshal(it.Value(), in); err != nil {
+			return nil, err
+		}
+		out = append(out, in)
+	}
+	return out, it.Error()
+}
+
+// Collected forgets a collected file.
+func (ns *Namespace) Collected(ino uint64) error {
+	return ns.write(func(b *pebble.Batch) error { return b.Delete(gcKey(ino), nil) })
+}

@@ -1,0 +1,273 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/sluicefs/sluice/proto/metapb"
+)
+
+var rootLayout = &metapb.Layout{ChainTable: 1, ChunkSize: 1 << 20, Stripe: 4}
+
+func openNS(t *testing.T, dir string) (*Namespace, *pebble.DB) {
+	t.Helper()
+	db, err := pebble.Open(dir, &pebble.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := Open(db, rootLayout, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns, db
+}
+
+func newNS(t *testing.T) *Namespace {
+	ns, db := openNS(t, t.TempDir())
+	t.Cleanup(func() { db.Close() })
+	return ns
+}
+
+var at = Attrs{Mode: 0o644, UID: 10, GID: 20, Now: 2000}
+
+// must(f())(t) is f's value, failing t on f's error.
+func must[T any](v T, err error) func(*testing.T) T {
+	return func(t *testing.T) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
+
+func TestMakeAndLookup(t *testing.T) {
+	ns := newNS(t)
+	d := must(ns.Mkdir(RootIno, "data", Attrs{Mode: 0o755, Now: 3000}))(t)
+	f := must(ns.Create(d.Ino, "a.bin", at))(t)
+	if f.Type != metapb.InodeType_FILE || f.Uid != 10 || f.Gid != 20 || f.Mode != 0o644 || f.Nlink != 1 || f.MtimeNs != 2000 {
+		t.Fatalf("file %v", f)
+	}
+	if f.Layout.GetChunkSize() != 1<<20 || f.Layout.GetStripe() != 4 {
+		t.Fatalf("layout not inherited: %v", f.Layout)
+	}
+	if got := must(ns.Lookup(d.Ino, "a.bin"))(t); got.Ino != f.Ino {
+		t.Fatalf("lookup: %v", got)
+	}
+	if got := must(ns.Resolve("/data/a.bin"))(t); got.Ino != f.Ino {
+		t.Fatalf("resolve: %v", got)
+	}
+	root := must(ns.Stat(RootIno))(t)
+	dd := must(ns.Stat(d.Ino))(t)
+	if root.Nlink != 3 || dd.Nlink != 2 || dd.Parent != RootIno || dd.MtimeNs != 2000 {
+		t.Fatalf("root nlink %d, dir %v", root.Nlink, dd)
+	}
+	s := must(ns.Symlink(d.Ino, "link", "../elsewhere", at))(t)
+	if got := must(ns.Resolve("/data/link"))(t); got.Type != metapb.InodeType_SYMLINK || got.Target != "../elsewhere" || s.Size != 12 {
+		t.Fatalf("symlink %v", got)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	ns := newNS(t)
+	d := must(ns.Mkdir(RootIno, "d", at))(t)
+	f := must(ns.Create(d.Ino, "f", at))(t)
+	sub := must(ns.Mkdir(d.Ino, "sub", at))(t)
+	must(ns.Create(sub.Ino, "inner", at))(t)
+	cases := []struct {
+		name string
+		op   func() error
+		want error
+	}{
+		{"create existing", func() error { _, err := ns.Create(d.Ino, "f", at); return err }, ErrExist},
+		{"mkdir existing", func() error { _, err := ns.Mkdir(d.Ino, "sub", at); return err }, ErrExist},
+		{"lookup missing", func() error { _, err := ns.Lookup(d.Ino, "nope"); return err }, ErrNotFound},
+		{"create in a file", func() error { _, err := ns.Create(f.Ino, "x", at); return err }, ErrNotDir},
+		{"stale inode", func() error { _, err := ns.Stat(9999); return err }, ErrStale},
+		{"name with slash", func() error { _, err := ns.Create(d.Ino, "a/b", at); return err }, ErrInvalidName},
+		{"name with NUL", func() error { _, err := ns.Create(d.Ino, "a\x00b", at); return err }, ErrInvalidName},
+		{"dot", func() error { _, err := ns.Mkdir(d.Ino, ".", at); return err }, ErrInvalidName},
+		{"dot dot", func() error { _, err := ns.Mkdir(d.Ino, "..", at); return err }, ErrInvalidName},
+		{"empty name", func() error { _, err := ns.Create(d.Ino, "", at); return err }, ErrInvalidName},
+		{"256-byte name", func() error { _, err := ns.Create(d.Ino, strings.Repeat("x", 256), at); return err }, ErrNameTooLong},
+		{"long path", func() error { _, err := ns.Resolve("/" + strings.Repeat("a/", 2100)); return err }, ErrNameTooLong},
+		{"relative path", func() error { _, err := ns.Resolve("d/f"); return err }, ErrInvalidName},
+		{"unlink a directory", func() error { return ns.Unlink(d.Ino, "sub", 1) }, ErrIsDir},
+		{"rmdir a file", func() error { return ns.Rmdir(d.Ino, "f", 1) }, ErrNotDir},
+		{"rmdir non-empty", func() error { return ns.Rmdir(d.Ino, "sub", 1) }, ErrNotEmpty},
+		{"unlink missing", func() error { return ns.Unlink(d.Ino, "nope", 1) }, ErrNotFound},
+		{"hard link a directory", func() error { _, err := ns.Link(sub.Ino, RootIno, "l", 1); return err }, ErrIsDir},
+		{"link over existing", func() error { _, err := ns.Link(f.Ino, d.Ino, "sub", 1); return err }, ErrExist},
+		{"truncate a directory", func() error {
+			n := uint64(0)
+			_, err := ns.Setattr(d.Ino, SetAttr{Size: &n}, 1)
+			return err
+		}, ErrIsDir},
+		{"move a directory into itself", func() error { return ns.Rename(RootIno, "d", sub.Ino, "d2", 1) }, ErrLoop},
+		{"move a directory onto itself below", func() error { return ns.Rename(d.Ino, "sub", sub.Ino, "x", 1) }, ErrLoop},
+		{"directory over a file", func() error { return ns.Rename(d.Ino, "sub", d.Ino, "f", 1) }, ErrNotDir},
+		{"file over a directory", func() error { return ns.Rename(d.Ino, "f", d.Ino, "sub", 1) }, ErrIsDir},
+		{"rename missing", func() error { return ns.Rename(d.Ino, "nope", d.Ino, "x", 1) }, ErrNotFound},
+		{"rename to a bad name", func() error { return ns.Rename(d.Ino, "f", d.Ino, "..", 1) }, ErrInvalidName},
+	}
+	for _, c := range cases {
+		if err := c.op(); !errors.Is(err, c.want) {
+			t.Errorf("%s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	// None of that changed anything.
+	if got := must(ns.Resolve("/d/sub/inner"))(t); got.Type != metapb.InodeType_FILE {
+		t.Fatal("tree changed by refused operations")
+	}
+	if n := must(ns.Statfs())(t); n != 5 {
+		t.Fatalf("%d inodes, want 5", n)
+	}
+}
+
+func TestListPages(t *testing.T) {
+	ns := newNS(t)
+	d := must(ns.Mkdir(RootIno, "d", at))(t)
+	for i := 0; i < 25; i++ {
+		must(ns.Create(d.Ino, fmt.Sprintf("f%02d", i), at))(t)
+	}
+	other := must(ns.Mkdir(RootIno, "e", at))(t)
+	must(ns.Create(other.Ino, "elsewhere", at))(t)
+	var names []string
+	after := ""
+	pages := 0
+	for {
+		ents, more, err := ns.List(d.Ino, after, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages++
+		for _, e := range ents {
+			names = append(names, e.Name)
+		}
+		if !more {
+			break
+		}
+		after = ents[len(ents)-1].Name
+	}
+	if len(names) != 25 || pages != 3 || names[0] != "f00" || names[24] != "f24" {
+		t.Fatalf("%d names in %d pages: %v", len(names), pages, names)
+	}
+	for i := 1; i < len(names); i++ {
+		if names[i-1] >= names[i] {
+			t.Fatalf("not in order: %v", names)
+		}
+	}
+}
+
+func TestRename(t *testing.T) {
+	ns := newNS(t)
+	a := must(ns.Mkdir(RootIno, "a", at))(t)
+	b := must(ns.Mkdir(RootIno, "b", at))(t)
+	f := must(ns.Create(a.Ino, "f", at))(t)
+	// Within a directory, then across, replacing a file (whose inode goes
+	// to the collector).
+	if err := ns.Rename(a.Ino, "f", a.Ino, "g", 5000); err != nil {
+		t.Fatal(err)
+	}
+	victim := must(ns.Create(b.Ino, "h", at))(t)
+	if err := ns.Rename(a.Ino, "g", b.Ino, "h", 6000); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(ns.Resolve("/b/h"))(t); got.Ino != f.Ino {
+		t.Fatalf("/b/h is %d, want %d", got.Ino, f.Ino)
+	}
+	if _, err := ns.Resolve("/a/g"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("old name still there: %v", err)
+	}
+	if _, err := ns.Stat(victim.Ino); !errors.Is(err, ErrStale) {
+		t.Fatalf("replaced file still has an inode: %v", err)
+	}
+	if g := must(ns.Garbage(10))(t); len(g) != 1 || g[0].Ino != victim.Ino {
+		t.Fatalf("collector queue %v", g)
+	}
+	// A directory moves with its subtree; link counts follow.
+	sub := must(ns.Mkdir(a.Ino, "sub", at))(t)
+	must(ns.Create(sub.Ino, "deep", at))(t)
+	empty := must(ns.Mkdir(b.Ino, "empty", at))(t)
+	if err := ns.Rename(a.Ino, "sub", b.Ino, "empty", 7000); err != nil {
+		t.Fatalf("directory over an empty directory: %v", err)
+	}
+	if _, err := ns.Stat(empty.Ino); !errors.Is(err, ErrStale) {
+		t.Fatal("replaced directory kept its inode")
+	}
+	moved := must(ns.Resolve("/b/empty/deep"))(t)
+	if moved.Type != metapb.InodeType_FILE {
+		t.Fatal("subtree did not move")
+	}
+	if s := must(ns.Stat(sub.Ino))(t); s.Parent != b.Ino {
+		t.Fatalf("moved directory's parent %d, want %d", s.Parent, b.Ino)
+	}
+	if na, nb := must(ns.Stat(a.Ino))(t).Nlink, must(ns.Stat(b.Ino))(t).Nlink; na != 2 || nb != 3 {
+		t.Fatalf("link counts a=%d b=%d, want 2 and 3", na, nb)
+	}
+	// Onto a non-empty directory: refused.
+	full := must(ns.Mkdir(RootIno, "full", at))(t)
+	must(ns.Create(full.Ino, "x", at))(t)
+	if err := ns.Rename(b.Ino, "empty", RootIno, "full", 8000); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("directory over a non-empty one: %v", err)
+	}
+}
+
+func TestLinksAndUnlink(t *testing.T) {
+	ns := newNS(t)
+	f := must(ns.Create(RootIno, "f", at))(t)
+	l := must(ns.Link(f.Ino, RootIno, "g", 3000))(t)
+	if l.Nlink != 2 {
+		t.Fatalf("nlink %d after link", l.Nlink)
+	}
+	if err := ns.Rename(RootIno, "f", RootIno, "g", 3500); err != nil {
+		t.Fatalf("rename onto another name of the same file: %v", err)
+	}
+	if err := ns.Unlink(RootIno, "f", 4000); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(ns.Stat(f.Ino))(t); got.Nlink != 1 {
+		t.Fatalf("nlink %d after one unlink", got.Nlink)
+	}
+	if g := must(ns.Garbage(10))(t); len(g) != 0 {
+		t.Fatal("a file with a link left was queued for collection")
+	}
+	if err := ns.Unlink(RootIno, "g", 5000); err != nil {
+		t.Fatal(err)
+	}
+	g := must(ns.Garbage(10))(t)
+	if len(g) != 1 || g[0].Ino != f.Ino {
+		t.Fatalf("collector queue %v", g)
+	}
+	if err := ns.Collected(f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if g := must(ns.Garbage(10))(t); len(g) != 0 {
+		t.Fatal("collected file still queued")
+	}
+}
+
+func TestSetattrAndRestart(t *testing.T) {
+	dir := t.TempDir()
+	ns, db := openNS(t, dir)
+	f := must(ns.Create(RootIno, "f", at))(t)
+	mode, uid, size, mtime := uint32(0o100600), uint32(77), uint64(12345), int64(42)
+	got := must(ns.Setattr(f.Ino, SetAttr{Mode: &mode, UID: &uid, Size: &size, Mtime: &mtime}, 9000))(t)
+	if got.Mode != 0o600 || got.Uid != 77 || got.Gid != 20 || got.Size != 12345 || got.MtimeNs != 42 || got.CtimeNs != 9000 {
+		t.Fatalf("after setattr: %v", got)
+	}
+	db.Close()
+	ns, db = openNS(t, dir)
+	defer db.Close()
+	if got := must(ns.Resolve("/f"))(t); got.Size != 12345 || got.Uid != 77 {
+		t.Fatalf("after restart: %v", got)
+	}
+	// The root is made once, not again at every open.
+	if n := must(ns.Statfs())(t); n != 2 {
+		t.Fatalf("%d inodes after restart, want 2", n)
+	}
+}
