@@ -337,6 +337,795 @@ func (x *DirEntry) GetType() InodeType {
 	return InodeType_INODE_TYPE_UNSPECIFIED
 }
 
+// Command is one mutation of the namespace, as the Raft log carries it. The
+// leader stamps the time, so every replica applies the same thing.
+type Command struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NowNs  int64                  `protobuf:"varint,1,opt,name=now_ns,json=nowNs,proto3" json:"now_ns,omitempty"`
+	Client uint64                 `protobuf:"varint,2,opt,name=client,proto3" json:"client,omitempty"` // idempotency: a retry carries the same pair
+	Seq    uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	// Types that are valid to be assigned to Op:
+	//
+	//	*Command_Mkdir
+	//	*Command_Create
+	//	*Command_Symlink
+	//	*Command_Link
+	//	*Command_Unlink
+	//	*Command_Rmdir
+	//	*Command_Rename
+	//	*Command_Setattr
+	//	*Command_Collected
+	Op            isCommand_Op `protobuf_oneof:"op"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Command) Reset() {
+	*x = Command{}
+	mi := &file_meta_v1_meta_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Command) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Command) ProtoMessage() {}
+
+func (x *Command) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Command.ProtoReflect.Descriptor instead.
+func (*Command) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Command) GetNowNs() int64 {
+	if x != nil {
+		return x.NowNs
+	}
+	return 0
+}
+
+func (x *Command) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *Command) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Command) GetOp() isCommand_Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *Command) GetMkdir() *MkdirOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Mkdir); ok {
+			return x.Mkdir
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCreate() *CreateOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Create); ok {
+			return x.Create
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSymlink() *SymlinkOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Symlink); ok {
+			return x.Symlink
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetLink() *LinkOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Link); ok {
+			return x.Link
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetUnlink() *RemoveOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Unlink); ok {
+			return x.Unlink
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRmdir() *RemoveOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Rmdir); ok {
+			return x.Rmdir
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRename() *RenameOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Rename); ok {
+			return x.Rename
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetattr() *SetattrOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Setattr); ok {
+			return x.Setattr
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCollected() uint64 {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Collected); ok {
+			return x.Collected
+		}
+	}
+	return 0
+}
+
+type isCommand_Op interface {
+	isCommand_Op()
+}
+
+type Command_Mkdir struct {
+	Mkdir *MkdirOp `protobuf:"bytes,10,opt,name=mkdir,proto3,oneof"`
+}
+
+type Command_Create struct {
+	Create *CreateOp `protobuf:"bytes,11,opt,name=create,proto3,oneof"`
+}
+
+type Command_Symlink struct {
+	Symlink *SymlinkOp `protobuf:"bytes,12,opt,name=symlink,proto3,oneof"`
+}
+
+type Command_Link struct {
+	Link *LinkOp `protobuf:"bytes,13,opt,name=link,proto3,oneof"`
+}
+
+type Command_Unlink struct {
+	Unlink *RemoveOp `protobuf:"bytes,14,opt,name=unlink,proto3,oneof"`
+}
+
+type Command_Rmdir struct {
+	Rmdir *RemoveOp `protobuf:"bytes,15,opt,name=rmdir,proto3,oneof"`
+}
+
+type Command_Rename struct {
+	Rename *RenameOp `protobuf:"bytes,16,opt,name=rename,proto3,oneof"`
+}
+
+type Command_Setattr struct {
+	Setattr *SetattrOp `protobuf:"bytes,17,opt,name=setattr,proto3,oneof"`
+}
+
+type Command_Collected struct {
+	Collected uint64 `protobuf:"varint,18,opt,name=collected,proto3,oneof"`
+}
+
+func (*Command_Mkdir) isCommand_Op() {}
+
+func (*Command_Create) isCommand_Op() {}
+
+func (*Command_Symlink) isCommand_Op() {}
+
+func (*Command_Link) isCommand_Op() {}
+
+func (*Command_Unlink) isCommand_Op() {}
+
+func (*Command_Rmdir) isCommand_Op() {}
+
+func (*Command_Rename) isCommand_Op() {}
+
+func (*Command_Setattr) isCommand_Op() {}
+
+func (*Command_Collected) isCommand_Op() {}
+
+type MkdirOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MkdirOp) Reset() {
+	*x = MkdirOp{}
+	mi := &file_meta_v1_meta_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MkdirOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MkdirOp) ProtoMessage() {}
+
+func (x *MkdirOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MkdirOp.ProtoReflect.Descriptor instead.
+func (*MkdirOp) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MkdirOp) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *MkdirOp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MkdirOp) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *MkdirOp) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *MkdirOp) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+type CreateOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateOp) Reset() {
+	*x = CreateOp{}
+	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateOp) ProtoMessage() {}
+
+func (x *CreateOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateOp.ProtoReflect.Descriptor instead.
+func (*CreateOp) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CreateOp) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *CreateOp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateOp) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *CreateOp) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *CreateOp) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+type SymlinkOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Target        string                 `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SymlinkOp) Reset() {
+	*x = SymlinkOp{}
+	mi := &file_meta_v1_meta_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SymlinkOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SymlinkOp) ProtoMessage() {}
+
+func (x *SymlinkOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SymlinkOp.ProtoReflect.Descriptor instead.
+func (*SymlinkOp) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SymlinkOp) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *SymlinkOp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SymlinkOp) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *SymlinkOp) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *SymlinkOp) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+type LinkOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Parent        uint64                 `protobuf:"varint,2,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkOp) Reset() {
+	*x = LinkOp{}
+	mi := &file_meta_v1_meta_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkOp) ProtoMessage() {}
+
+func (x *LinkOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkOp.ProtoReflect.Descriptor instead.
+func (*LinkOp) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *LinkOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *LinkOp) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *LinkOp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RemoveOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveOp) Reset() {
+	*x = RemoveOp{}
+	mi := &file_meta_v1_meta_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveOp) ProtoMessage() {}
+
+func (x *RemoveOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveOp.ProtoReflect.Descriptor instead.
+func (*RemoveOp) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RemoveOp) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *RemoveOp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type RenameOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SrcParent     uint64                 `protobuf:"varint,1,opt,name=src_parent,json=srcParent,proto3" json:"src_parent,omitempty"`
+	SrcName       string                 `protobuf:"bytes,2,opt,name=src_name,json=srcName,proto3" json:"src_name,omitempty"`
+	DstParent     uint64                 `protobuf:"varint,3,opt,name=dst_parent,json=dstParent,proto3" json:"dst_parent,omitempty"`
+	DstName       string                 `protobuf:"bytes,4,opt,name=dst_name,json=dstName,proto3" json:"dst_name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RenameOp) Reset() {
+	*x = RenameOp{}
+	mi := &file_meta_v1_meta_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RenameOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RenameOp) ProtoMessage() {}
+
+func (x *RenameOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RenameOp.ProtoReflect.Descriptor instead.
+func (*RenameOp) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *RenameOp) GetSrcParent() uint64 {
+	if x != nil {
+		return x.SrcParent
+	}
+	return 0
+}
+
+func (x *RenameOp) GetSrcName() string {
+	if x != nil {
+		return x.SrcName
+	}
+	return ""
+}
+
+func (x *RenameOp) GetDstParent() uint64 {
+	if x != nil {
+		return x.DstParent
+	}
+	return 0
+}
+
+func (x *RenameOp) GetDstName() string {
+	if x != nil {
+		return x.DstName
+	}
+	return ""
+}
+
+type SetattrOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Mode          *uint32                `protobuf:"varint,2,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	Uid           *uint32                `protobuf:"varint,3,opt,name=uid,proto3,oneof" json:"uid,omitempty"`
+	Gid           *uint32                `protobuf:"varint,4,opt,name=gid,proto3,oneof" json:"gid,omitempty"`
+	Size          *uint64                `protobuf:"varint,5,opt,name=size,proto3,oneof" json:"size,omitempty"`
+	AtimeNs       *int64                 `protobuf:"varint,6,opt,name=atime_ns,json=atimeNs,proto3,oneof" json:"atime_ns,omitempty"`
+	MtimeNs       *int64                 `protobuf:"varint,7,opt,name=mtime_ns,json=mtimeNs,proto3,oneof" json:"mtime_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetattrOp) Reset() {
+	*x = SetattrOp{}
+	mi := &file_meta_v1_meta_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetattrOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetattrOp) ProtoMessage() {}
+
+func (x *SetattrOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetattrOp.ProtoReflect.Descriptor instead.
+func (*SetattrOp) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *SetattrOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *SetattrOp) GetMode() uint32 {
+	if x != nil && x.Mode != nil {
+		return *x.Mode
+	}
+	return 0
+}
+
+func (x *SetattrOp) GetUid() uint32 {
+	if x != nil && x.Uid != nil {
+		return *x.Uid
+	}
+	return 0
+}
+
+func (x *SetattrOp) GetGid() uint32 {
+	if x != nil && x.Gid != nil {
+		return *x.Gid
+	}
+	return 0
+}
+
+func (x *SetattrOp) GetSize() uint64 {
+	if x != nil && x.Size != nil {
+		return *x.Size
+	}
+	return 0
+}
+
+func (x *SetattrOp) GetAtimeNs() int64 {
+	if x != nil && x.AtimeNs != nil {
+		return *x.AtimeNs
+	}
+	return 0
+}
+
+func (x *SetattrOp) GetMtimeNs() int64 {
+	if x != nil && x.MtimeNs != nil {
+		return *x.MtimeNs
+	}
+	return 0
+}
+
+// Result is what applying a Command produced.
+type Result struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"` // fabric code; 0 = ok
+	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Inode         *Inode                 `protobuf:"bytes,3,opt,name=inode,proto3" json:"inode,omitempty"`
+	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"` // the command's sequence number (idempotency records)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Result) Reset() {
+	*x = Result{}
+	mi := &file_meta_v1_meta_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Result) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Result) ProtoMessage() {}
+
+func (x *Result) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Result.ProtoReflect.Descriptor instead.
+func (*Result) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *Result) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *Result) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Result) GetInode() *Inode {
+	if x != nil {
+		return x.Inode
+	}
+	return nil
+}
+
+func (x *Result) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_meta_v1_meta_proto protoreflect.FileDescriptor
 
 const file_meta_v1_meta_proto_rawDesc = "" +
@@ -366,7 +1155,73 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\bDirEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12-\n" +
-	"\x04type\x18\x03 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type*M\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\"\x8b\x04\n" +
+	"\aCommand\x12\x15\n" +
+	"\x06now_ns\x18\x01 \x01(\x03R\x05nowNs\x12\x16\n" +
+	"\x06client\x18\x02 \x01(\x04R\x06client\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12/\n" +
+	"\x05mkdir\x18\n" +
+	" \x01(\v2\x17.sluice.meta.v1.MkdirOpH\x00R\x05mkdir\x122\n" +
+	"\x06create\x18\v \x01(\v2\x18.sluice.meta.v1.CreateOpH\x00R\x06create\x125\n" +
+	"\asymlink\x18\f \x01(\v2\x19.sluice.meta.v1.SymlinkOpH\x00R\asymlink\x12,\n" +
+	"\x04link\x18\r \x01(\v2\x16.sluice.meta.v1.LinkOpH\x00R\x04link\x122\n" +
+	"\x06unlink\x18\x0e \x01(\v2\x18.sluice.meta.v1.RemoveOpH\x00R\x06unlink\x120\n" +
+	"\x05rmdir\x18\x0f \x01(\v2\x18.sluice.meta.v1.RemoveOpH\x00R\x05rmdir\x122\n" +
+	"\x06rename\x18\x10 \x01(\v2\x18.sluice.meta.v1.RenameOpH\x00R\x06rename\x125\n" +
+	"\asetattr\x18\x11 \x01(\v2\x19.sluice.meta.v1.SetattrOpH\x00R\asetattr\x12\x1e\n" +
+	"\tcollected\x18\x12 \x01(\x04H\x00R\tcollectedB\x04\n" +
+	"\x02op\"m\n" +
+	"\aMkdirOp\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x05 \x01(\rR\x03gid\"n\n" +
+	"\bCreateOp\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x05 \x01(\rR\x03gid\"s\n" +
+	"\tSymlinkOp\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12\x10\n" +
+	"\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x05 \x01(\rR\x03gid\"F\n" +
+	"\x06LinkOp\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06parent\x18\x02 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"6\n" +
+	"\bRemoveOp\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"~\n" +
+	"\bRenameOp\x12\x1d\n" +
+	"\n" +
+	"src_parent\x18\x01 \x01(\x04R\tsrcParent\x12\x19\n" +
+	"\bsrc_name\x18\x02 \x01(\tR\asrcName\x12\x1d\n" +
+	"\n" +
+	"dst_parent\x18\x03 \x01(\x04R\tdstParent\x12\x19\n" +
+	"\bdst_name\x18\x04 \x01(\tR\adstName\"\xf9\x01\n" +
+	"\tSetattrOp\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x17\n" +
+	"\x04mode\x18\x02 \x01(\rH\x00R\x04mode\x88\x01\x01\x12\x15\n" +
+	"\x03uid\x18\x03 \x01(\rH\x01R\x03uid\x88\x01\x01\x12\x15\n" +
+	"\x03gid\x18\x04 \x01(\rH\x02R\x03gid\x88\x01\x01\x12\x17\n" +
+	"\x04size\x18\x05 \x01(\x04H\x03R\x04size\x88\x01\x01\x12\x1e\n" +
+	"\batime_ns\x18\x06 \x01(\x03H\x04R\aatimeNs\x88\x01\x01\x12\x1e\n" +
+	"\bmtime_ns\x18\a \x01(\x03H\x05R\amtimeNs\x88\x01\x01B\a\n" +
+	"\x05_modeB\x06\n" +
+	"\x04_uidB\x06\n" +
+	"\x04_gidB\a\n" +
+	"\x05_sizeB\v\n" +
+	"\t_atime_nsB\v\n" +
+	"\t_mtime_ns\"q\n" +
+	"\x06Result\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
+	"\x05error\x18\x02 \x01(\tR\x05error\x12+\n" +
+	"\x05inode\x18\x03 \x01(\v2\x15.sluice.meta.v1.InodeR\x05inode\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq*M\n" +
 	"\tInodeType\x12\x1a\n" +
 	"\x16INODE_TYPE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04FILE\x10\x01\x12\r\n" +
@@ -386,22 +1241,40 @@ func file_meta_v1_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_v1_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_meta_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_meta_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_meta_v1_meta_proto_goTypes = []any{
-	(InodeType)(0),   // 0: sluice.meta.v1.InodeType
-	(*Layout)(nil),   // 1: sluice.meta.v1.Layout
-	(*Inode)(nil),    // 2: sluice.meta.v1.Inode
-	(*DirEntry)(nil), // 3: sluice.meta.v1.DirEntry
+	(InodeType)(0),    // 0: sluice.meta.v1.InodeType
+	(*Layout)(nil),    // 1: sluice.meta.v1.Layout
+	(*Inode)(nil),     // 2: sluice.meta.v1.Inode
+	(*DirEntry)(nil),  // 3: sluice.meta.v1.DirEntry
+	(*Command)(nil),   // 4: sluice.meta.v1.Command
+	(*MkdirOp)(nil),   // 5: sluice.meta.v1.MkdirOp
+	(*CreateOp)(nil),  // 6: sluice.meta.v1.CreateOp
+	(*SymlinkOp)(nil), // 7: sluice.meta.v1.SymlinkOp
+	(*LinkOp)(nil),    // 8: sluice.meta.v1.LinkOp
+	(*RemoveOp)(nil),  // 9: sluice.meta.v1.RemoveOp
+	(*RenameOp)(nil),  // 10: sluice.meta.v1.RenameOp
+	(*SetattrOp)(nil), // 11: sluice.meta.v1.SetattrOp
+	(*Result)(nil),    // 12: sluice.meta.v1.Result
 }
 var file_meta_v1_meta_proto_depIdxs = []int32{
-	0, // 0: sluice.meta.v1.Inode.type:type_name -> sluice.meta.v1.InodeType
-	1, // 1: sluice.meta.v1.Inode.layout:type_name -> sluice.meta.v1.Layout
-	0, // 2: sluice.meta.v1.DirEntry.type:type_name -> sluice.meta.v1.InodeType
-	3, // [3:3] is the sub-list for method output_type
-	3, // [3:3] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	0,  // 0: sluice.meta.v1.Inode.type:type_name -> sluice.meta.v1.InodeType
+	1,  // 1: sluice.meta.v1.Inode.layout:type_name -> sluice.meta.v1.Layout
+	0,  // 2: sluice.meta.v1.DirEntry.type:type_name -> sluice.meta.v1.InodeType
+	5,  // 3: sluice.meta.v1.Command.mkdir:type_name -> sluice.meta.v1.MkdirOp
+	6,  // 4: sluice.meta.v1.Command.create:type_name -> sluice.meta.v1.CreateOp
+	7,  // 5: sluice.meta.v1.Command.symlink:type_name -> sluice.meta.v1.SymlinkOp
+	8,  // 6: sluice.meta.v1.Command.link:type_name -> sluice.meta.v1.LinkOp
+	9,  // 7: sluice.meta.v1.Command.unlink:type_name -> sluice.meta.v1.RemoveOp
+	9,  // 8: sluice.meta.v1.Command.rmdir:type_name -> sluice.meta.v1.RemoveOp
+	10, // 9: sluice.meta.v1.Command.rename:type_name -> sluice.meta.v1.RenameOp
+	11, // 10: sluice.meta.v1.Command.setattr:type_name -> sluice.meta.v1.SetattrOp
+	2,  // 11: sluice.meta.v1.Result.inode:type_name -> sluice.meta.v1.Inode
+	12, // [12:12] is the sub-list for method output_type
+	12, // [12:12] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_meta_proto_init() }
@@ -409,13 +1282,25 @@ func file_meta_v1_meta_proto_init() {
 	if File_meta_v1_meta_proto != nil {
 		return
 	}
+	file_meta_v1_meta_proto_msgTypes[3].OneofWrappers = []any{
+		(*Command_Mkdir)(nil),
+		(*Command_Create)(nil),
+		(*Command_Symlink)(nil),
+		(*Command_Link)(nil),
+		(*Command_Unlink)(nil),
+		(*Command_Rmdir)(nil),
+		(*Command_Rename)(nil),
+		(*Command_Setattr)(nil),
+		(*Command_Collected)(nil),
+	}
+	file_meta_v1_meta_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_meta_proto_rawDesc), len(file_meta_v1_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

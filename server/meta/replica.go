@@ -1,0 +1,202 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/server/raftstore"
+)
+
+// ErrNotLeader: this replica cannot take the request; the error names the
+// leader when it knows one.
+var ErrNotLeader = fabric.NewError(fabric.FirstAppCode+109, "meta: not the leader")
+
+// ReplicaConfig configures one replica of the metadata Raft group.
+type ReplicaConfig struct {
+	// ID names the replica in the group.
+	ID string
+	// Dir holds the Raft log, snapshots and the state machine.
+	Dir string
+	// Bind is the Raft transport's TCP address ("127.0.0.1:0" picks a port).
+	Bind string
+	// RootLayout is the layout the root directory hands down.
+	RootLayout *metapb.Layout
+	// Fast shortens Raft's timeouts, for tests on one machine.
+	Fast bool
+}
+
+// Replica is one member of the metadata Raft group: the Raft node, its
+// Pebble log and the namespace state machine.
+type Replica struct {
+	cfg   ReplicaConfig
+	raft  *raft.Raft
+	fsm   *FSM
+	store *raftstore.Store
+	fsmDB *pebble.DB
+	trans *raft.NetworkTransport
+
+	barrierTerm atomic.Uint64 // the term a barrier was passed in
+}
+
+// StartReplica opens (or creates) a replica in cfg.Dir. A new group is
+// started with Bootstrap on one replica.
+func StartReplica(cfg ReplicaConfig) (*Replica, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	r := &Replica{cfg: cfg}
+	var err error
+	fail := func(err error) (*Replica, error) {
+		r.Close()
+		return nil, err
+	}
+	if r.store, err = raftstore.Open(filepath.Join(cfg.Dir, "raft")); err != nil {
+		return fail(err)
+	}
+	if r.fsmDB, err = pebble.Open(filepath.Join(cfg.Dir, "state"), &pebble.Options{Logger: quietPebble{}}); err != nil {
+		return fail(fmt.Errorf("open namespace state: %w", err))
+	}
+	if r.fsm, err = NewFSM(r.fsmDB, cfg.RootLayout); err != nil {
+		return fail(err)
+	}
+	snaps, err := raft.NewFileSnapshotStore(cfg.Dir, 3, io.Discard)
+	if err != nil {
+		return fail(err)
+	}
+	addr, err := net.ResolveTCPAddr("tcp", cfg.Bind)
+	if err != nil {
+		return fail(err)
+	}
+	if r.trans, err = raft.NewTCPTransport(cfg.Bind, nil, 3, 5*time.Second, io.Discard); err != nil {
+		return fail(fmt.Errorf("raft transport on %s: %w", addr, err))
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = hclog.NewNullLogger()
+	if cfg.Fast {
+		rc.HeartbeatTimeout, rc.ElectionTimeout = 150*time.Millisecond, 150*time.Millisecond
+		rc.LeaderLeaseTimeout, rc.CommitTimeout = 100*time.Millisecond, 5*time.Millisecond
+		rc.SnapshotThreshold, rc.TrailingLogs, rc.SnapshotInterval = 64, 32, 100*time.Millisecond
+	}
+	if r.raft, err = raft.NewRaft(rc, r.fsm, r.store, r.store, snaps, r.trans); err != nil {
+		return fail(err)
+	}
+	return r, nil
+}
+
+// Addr is the replica's Raft address.
+func (r *Replica) Addr() string { return string(r.trans.LocalAddr()) }
+
+// Bootstrap starts a new group of the given replicas (ID -> address).
+func (r *Replica) Bootstrap(members map[string]string) error {
+	var c raft.Configuration
+	for id, addr := range members {
+		c.Servers = append(c.Servers, raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(addr)})
+	}
+	return r.raft.BootstrapCluster(c).Error()
+}
+
+// IsLeader reports whether this replica leads the group now.
+func (r *Replica) IsLeader() bool { return r.raft.State() == raft.Leader }
+
+func (r *Replica) notLeader() error {
+	addr, id := r.raft.LeaderWithID()
+	return fmt.Errorf("%w (leader %s at %s)", ErrNotLeader, id, addr)
+}
+
+// Do applies a mutation through the Raft log and returns its result. Only
+// the leader takes mutations; it stamps the time.
+func (r *Replica) Do(ctx context.Context, cmd *metapb.Command) (*metapb.Result, error) {
+	if !r.IsLeader() {
+		return nil, r.notLeader()
+	}
+	if cmd.NowNs == 0 {
+		cmd.NowNs = time.Now().UnixNano()
+	}
+	data, err := proto.Marshal(cmd)
+	if err != nil {
+		return nil, err
+	}
+	timeout := 10 * time.Second
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	f := r.raft.Apply(data, timeout)
+	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+			return nil, r.notLeader()
+		}
+		return nil, fmt.Errorf("apply: %w", err)
+	}
+	res, ok := f.Response().(*metapb.Result)
+	if !ok {
+		return nil, fmt.Errorf("apply: unexpected response %T", f.Response())
+	}
+	return res, nil
+}
+
+// Read runs fn on the namespace with linearizable semantics: only the
+// leader serves, after confirming it still leads (VerifyLeader) and, once
+// per term, after a barrier that applies everything committed before it
+// took office.
+func (r *Replica) Read(ctx context.Context, fn func(*Namespace) error) error {
+	if !r.IsLeader() {
+		return r.notLeader()
+	}
+	term := r.raft.CurrentTerm()
+	if r.barrierTerm.Load() != term {
+		if err := r.raft.Barrier(5 * time.Second).Error(); err != nil {
+			return r.notLeader()
+		}
+		r.barrierTerm.Store(term)
+	}
+	if err := r.raft.VerifyLeader().Error(); err != nil {
+		return r.notLeader()
+	}
+	return fn(r.fsm.ns)
+}
+
+// AppliedIndex is the last log index applied to the namespace.
+func (r *Replica) AppliedIndex() uint64 { return r.raft.AppliedIndex() }
+
+// Namespace exposes the state for checks (not linearizable).
+func (r *Replica) Namespace() *Namespace { return r.fsm.ns }
+
+// Close stops the replica.
+func (r *Replica) Close() error {
+	if r.raft != nil {
+		r.raft.Shutdown().Error()
+	}
+	if r.trans != nil {
+		r.trans.Close()
+	}
+	if r.store != nil {
+		r.store.Close()
+	}
+	if r.fsmDB != nil {
+		r.fsmDB.Close()
+	}
+	return nil
+}
+
+type quietPebble struct{}
+
+func (quietPebble) Infof(string, ...any)  {}
+func (quietPebble) Errorf(string, ...any) {}
+func (quietPebble) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf(format, args...))
+}
