@@ -1,0 +1,184 @@
+package meta
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicefs/sluice/proto/metapb"
+)
+
+const token = "test-cluster-token"
+
+// apiServer starts a one-replica group, its gRPC server with token auth,
+// and the REST gateway in front of it.
+func apiServer(t *testing.T) (metapb.MetaClient, *httptest.Server) {
+	r, err := StartReplica(ReplicaConfig{ID: "solo", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: rootLayout, Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	if err := r.Bootstrap(map[string]string{"solo": r.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !r.IsLeader(); {
+		if time.Now().After(deadline) {
+			t.Fatal("no leader")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	unary, stream := TokenAuth(token)
+	gs := grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
+	metapb.RegisterMetaServer(gs, NewService(r))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(ln)
+	t.Cleanup(gs.Stop)
+	gw, err := Gateway(context.Background(), ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(gw)
+	t.Cleanup(hs.Close)
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return metapb.NewMetaClient(conn), hs
+}
+
+func authed(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+func code(err error) codes.Code { return status.Code(err) }
+
+func TestGRPCService(t *testing.T) {
+	c, _ := apiServer(t)
+	if _, err := c.Stat(context.Background(), &metapb.PathRequest{Path: "/"}); code(err) != codes.Unauthenticated {
+		t.Fatalf("call without the token: %v", err)
+	}
+	bad := metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer nope")
+	if _, err := c.Stat(bad, &metapb.PathRequest{Path: "/"}); code(err) != codes.Unauthenticated {
+		t.Fatalf("call with a wrong token: %v", err)
+	}
+	ctx := authed(t)
+	if _, err := c.Mkdir(ctx, &metapb.MakeRequest{Path: "/data", Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Create(ctx, &metapb.MakeRequest{Path: "/data/a", Mode: 0o644, Uid: 5})
+	if err != nil || f.Type != metapb.InodeType_FILE || f.Uid != 5 {
+		t.Fatalf("create: %v %v", f, err)
+	}
+	if _, err := c.Rename(ctx, &metapb.RenameRequest{From: "/data/a", To: "/data/b"}); err != nil {
+		t.Fatal(err)
+	}
+	l, err := c.List(ctx, &metapb.ListRequest{Path: "/data"})
+	if err != nil || len(l.Entries) != 1 || l.Entries[0].Name != "b" {
+		t.Fatalf("list: %v %v", l, err)
+	}
+	cases := []struct {
+		name string
+		err  error
+		want codes.Code
+	}{
+		{"exists", func() error { _, err := c.Mkdir(ctx, &metapb.MakeRequest{Path: "/data"}); return err }(), codes.AlreadyExists},
+		{"missing", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{Path: "/nope"}); return err }(), codes.NotFound},
+		{"NUL in a name", func() error { _, err := c.Create(ctx, &metapb.MakeRequest{Path: "/data/x\x00y"}); return err }(), codes.InvalidArgument},
+		{"long name", func() error {
+			_, err := c.Create(ctx, &metapb.MakeRequest{Path: "/data/" + strings.Repeat("n", 300)})
+			return err
+		}(), codes.InvalidArgument},
+		{"rmdir non-empty", func() error { _, err := c.Rmdir(ctx, &metapb.PathRequest{Path: "/data"}); return err }(), codes.FailedPrecondition},
+		{"into itself", func() error { _, err := c.Rename(ctx, &metapb.RenameRequest{From: "/data", To: "/data/inner"}); return err }(), codes.FailedPrecondition},
+		{"the root", func() error { _, err := c.Rmdir(ctx, &metapb.PathRequest{Path: "/"}); return err }(), codes.InvalidArgument},
+	}
+	for _, tc := range cases {
+		if code(tc.err) != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+	st, err := c.Status(ctx, &metapb.StatusRequest{})
+	if err != nil || st.State != "Leader" || len(st.Members) != 1 || st.Inodes != 3 {
+		t.Fatalf("status: %v %v", st, err)
+	}
+}
+
+func TestRESTGateway(t *testing.T) {
+	c, hs := apiServer(t)
+	if _, err := c.Mkdir(authed(t), &metapb.MakeRequest{Path: "/data", Mode: 0o755}); err != nil {
+		t.Fatal(err)
+	}
+	get := func(path string, withToken bool) (int, map[string]any) {
+		req, _ := http.NewRequest("GET", hs.URL+path, nil)
+		if withToken {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var m map[string]any
+		json.Unmarshal(b, &m)
+		return resp.StatusCode, m
+	}
+	if code, body := get("/v1/stat/data", true); code != 200 || body["type"] != "DIRECTORY" {
+		t.Fatalf("GET /v1/stat/data: %d %v", code, body)
+	}
+	if code, _ := get("/v1/stat/data", false); code != http.StatusUnauthorized {
+		t.Fatalf("GET without the token: %d", code)
+	}
+	if code, _ := get("/v1/stat/missing", true); code != http.StatusNotFound {
+		t.Fatalf("GET of a missing path: %d", code)
+	}
+	if code, body := get("/v1/cluster/status", true); code != 200 || body["state"] != "Leader" {
+		t.Fatalf("GET /v1/cluster/status: %d %v", code, body)
+	}
+	req, _ := http.NewRequest("POST", hs.URL+"/v1/create", strings.NewReader(`{"path": "/data/f", "mode": 420}`))
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("POST /v1/create: %v %v", resp.Status, err)
+	}
+	resp.Body.Close()
+	if code, body := get("/v1/list/data", true); code != 200 || !strings.Contains(fmt2(body), `"f"`) {
+		t.Fatalf("GET /v1/list/data: %d %v", code, body)
+	}
+}
+
+func fmt2(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestOpenAPICommitted: the OpenAPI description generated from the same
+// rules is in the repository and describes the REST paths.
+func TestOpenAPICommitted(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "proto", "openapi", "sluice.swagger.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/v1/cluster/status", "/v1/stat/{path}", "/v1/rename"} {
+		if !strings.Contains(string(b), p) {
+			t.Errorf("OpenAPI file lacks %s", p)
+		}
+	}
+}
