@@ -109,7 +109,10 @@ func TestGRPCService(t *testing.T) {
 			return err
 		}(), codes.InvalidArgument},
 		{"rmdir non-empty", func() error { _, err := c.Rmdir(ctx, &metapb.PathRequest{Path: "/data"}); return err }(), codes.FailedPrecondition},
-		{"into itself", func() error { _, err := c.Rename(ctx, &metapb.RenameRequest{From: "/data", To: "/data/inner"}); return err }(), codes.FailedPrecondition},
+		{"into itself", func() error {
+			_, err := c.Rename(ctx, &metapb.RenameRequest{From: "/data", To: "/data/inner"})
+			return err
+		}(), codes.FailedPrecondition},
 		{"the root", func() error { _, err := c.Rmdir(ctx, &metapb.PathRequest{Path: "/"}); return err }(), codes.InvalidArgument},
 	}
 	for _, tc := range cases {
