@@ -25,6 +25,58 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type MemberRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // Raft address; AddMember only
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MemberRequest) Reset() {
+	*x = MemberRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MemberRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MemberRequest) ProtoMessage() {}
+
+func (x *MemberRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MemberRequest.ProtoReflect.Descriptor instead.
+func (*MemberRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *MemberRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MemberRequest) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
 type Empty struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -33,7 +85,7 @@ type Empty struct {
 
 func (x *Empty) Reset() {
 	*x = Empty{}
-	mi := &file_meta_v1_service_proto_msgTypes[0]
+	mi := &file_meta_v1_service_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +97,7 @@ func (x *Empty) String() string {
 func (*Empty) ProtoMessage() {}
 
 func (x *Empty) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[0]
+	mi := &file_meta_v1_service_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +110,7 @@ func (x *Empty) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Empty.ProtoReflect.Descriptor instead.
 func (*Empty) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{0}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{1}
 }
 
 type PathRequest struct {
@@ -72,7 +124,7 @@ type PathRequest struct {
 
 func (x *PathRequest) Reset() {
 	*x = PathRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[1]
+	mi := &file_meta_v1_service_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -84,7 +136,7 @@ func (x *PathRequest) String() string {
 func (*PathRequest) ProtoMessage() {}
 
 func (x *PathRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[1]
+	mi := &file_meta_v1_service_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -97,7 +149,7 @@ func (x *PathRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathRequest.ProtoReflect.Descriptor instead.
 func (*PathRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{1}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *PathRequest) GetPath() string {
@@ -132,7 +184,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[2]
+	mi := &file_meta_v1_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -144,7 +196,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[2]
+	mi := &file_meta_v1_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -157,7 +209,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{2}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ListRequest) GetPath() string {
@@ -191,7 +243,7 @@ type ListReply struct {
 
 func (x *ListReply) Reset() {
 	*x = ListReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[3]
+	mi := &file_meta_v1_service_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -203,7 +255,7 @@ func (x *ListReply) String() string {
 func (*ListReply) ProtoMessage() {}
 
 func (x *ListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[3]
+	mi := &file_meta_v1_service_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -216,7 +268,7 @@ func (x *ListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReply.ProtoReflect.Descriptor instead.
 func (*ListReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{3}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ListReply) GetEntries() []*DirEntry {
@@ -247,7 +299,7 @@ type MakeRequest struct {
 
 func (x *MakeRequest) Reset() {
 	*x = MakeRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[4]
+	mi := &file_meta_v1_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +311,7 @@ func (x *MakeRequest) String() string {
 func (*MakeRequest) ProtoMessage() {}
 
 func (x *MakeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[4]
+	mi := &file_meta_v1_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +324,7 @@ func (x *MakeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeRequest.ProtoReflect.Descriptor instead.
 func (*MakeRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{4}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MakeRequest) GetPath() string {
@@ -329,7 +381,7 @@ type SymlinkRequest struct {
 
 func (x *SymlinkRequest) Reset() {
 	*x = SymlinkRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[5]
+	mi := &file_meta_v1_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -341,7 +393,7 @@ func (x *SymlinkRequest) String() string {
 func (*SymlinkRequest) ProtoMessage() {}
 
 func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[5]
+	mi := &file_meta_v1_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -354,7 +406,7 @@ func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SymlinkRequest.ProtoReflect.Descriptor instead.
 func (*SymlinkRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{5}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SymlinkRequest) GetPath() string {
@@ -397,7 +449,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[6]
+	mi := &file_meta_v1_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -409,7 +461,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[6]
+	mi := &file_meta_v1_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -422,7 +474,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{6}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RenameRequest) GetFrom() string {
@@ -461,7 +513,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[7]
+	mi := &file_meta_v1_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -473,7 +525,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[7]
+	mi := &file_meta_v1_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -486,7 +538,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{7}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{8}
 }
 
 type StatusReply struct {
@@ -502,7 +554,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[8]
+	mi := &file_meta_v1_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -514,7 +566,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[8]
+	mi := &file_meta_v1_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -527,7 +579,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{8}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StatusReply) GetLeader() string {
@@ -569,7 +621,10 @@ var File_meta_v1_service_proto protoreflect.FileDescriptor
 
 const file_meta_v1_service_proto_rawDesc = "" +
 	"\n" +
-	"\x15meta/v1/service.proto\x12\x0esluice.meta.v1\x1a\x12meta/v1/meta.proto\"\a\n" +
+	"\x15meta/v1/service.proto\x12\x0esluice.meta.v1\x1a\x12meta/v1/meta.proto\"9\n" +
+	"\rMemberRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"\a\n" +
 	"\x05Empty\"K\n" +
 	"\vPathRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
@@ -605,7 +660,7 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x18\n" +
 	"\amembers\x18\x04 \x03(\tR\amembers\x12\x16\n" +
-	"\x06inodes\x18\x05 \x01(\x04R\x06inodes2\xc0\x04\n" +
+	"\x06inodes\x18\x05 \x01(\x04R\x06inodes2\xc9\x05\n" +
 	"\x04Meta\x12:\n" +
 	"\x04Stat\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Inode\x12>\n" +
 	"\x04List\x12\x1b.sluice.meta.v1.ListRequest\x1a\x19.sluice.meta.v1.ListReply\x12;\n" +
@@ -615,7 +670,9 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x06Unlink\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Empty\x12;\n" +
 	"\x05Rmdir\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Empty\x12>\n" +
 	"\x06Rename\x12\x1d.sluice.meta.v1.RenameRequest\x1a\x15.sluice.meta.v1.Empty\x12D\n" +
-	"\x06Status\x12\x1d.sluice.meta.v1.StatusRequest\x1a\x1b.sluice.meta.v1.StatusReplyB)Z'github.com/sluicefs/sluice/proto/metapbb\x06proto3"
+	"\x06Status\x12\x1d.sluice.meta.v1.StatusRequest\x1a\x1b.sluice.meta.v1.StatusReply\x12A\n" +
+	"\tAddMember\x12\x1d.sluice.meta.v1.MemberRequest\x1a\x15.sluice.meta.v1.Empty\x12D\n" +
+	"\fRemoveMember\x12\x1d.sluice.meta.v1.MemberRequest\x1a\x15.sluice.meta.v1.EmptyB)Z'github.com/sluicefs/sluice/proto/metapbb\x06proto3"
 
 var (
 	file_meta_v1_service_proto_rawDescOnce sync.Once
@@ -629,42 +686,47 @@ func file_meta_v1_service_proto_rawDescGZIP() []byte {
 	return file_meta_v1_service_proto_rawDescData
 }
 
-var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_meta_v1_service_proto_goTypes = []any{
-	(*Empty)(nil),          // 0: sluice.meta.v1.Empty
-	(*PathRequest)(nil),    // 1: sluice.meta.v1.PathRequest
-	(*ListRequest)(nil),    // 2: sluice.meta.v1.ListRequest
-	(*ListReply)(nil),      // 3: sluice.meta.v1.ListReply
-	(*MakeRequest)(nil),    // 4: sluice.meta.v1.MakeRequest
-	(*SymlinkRequest)(nil), // 5: sluice.meta.v1.SymlinkRequest
-	(*RenameRequest)(nil),  // 6: sluice.meta.v1.RenameRequest
-	(*StatusRequest)(nil),  // 7: sluice.meta.v1.StatusRequest
-	(*StatusReply)(nil),    // 8: sluice.meta.v1.StatusReply
-	(*DirEntry)(nil),       // 9: sluice.meta.v1.DirEntry
-	(*Inode)(nil),          // 10: sluice.meta.v1.Inode
+	(*MemberRequest)(nil),  // 0: sluice.meta.v1.MemberRequest
+	(*Empty)(nil),          // 1: sluice.meta.v1.Empty
+	(*PathRequest)(nil),    // 2: sluice.meta.v1.PathRequest
+	(*ListRequest)(nil),    // 3: sluice.meta.v1.ListRequest
+	(*ListReply)(nil),      // 4: sluice.meta.v1.ListReply
+	(*MakeRequest)(nil),    // 5: sluice.meta.v1.MakeRequest
+	(*SymlinkRequest)(nil), // 6: sluice.meta.v1.SymlinkRequest
+	(*RenameRequest)(nil),  // 7: sluice.meta.v1.RenameRequest
+	(*StatusRequest)(nil),  // 8: sluice.meta.v1.StatusRequest
+	(*StatusReply)(nil),    // 9: sluice.meta.v1.StatusReply
+	(*DirEntry)(nil),       // 10: sluice.meta.v1.DirEntry
+	(*Inode)(nil),          // 11: sluice.meta.v1.Inode
 }
 var file_meta_v1_service_proto_depIdxs = []int32{
-	9,  // 0: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
-	1,  // 1: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
-	2,  // 2: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
-	4,  // 3: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
-	4,  // 4: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
-	5,  // 5: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
-	1,  // 6: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
-	1,  // 7: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
-	6,  // 8: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
-	7,  // 9: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
-	10, // 10: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
-	3,  // 11: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
-	10, // 12: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
-	10, // 13: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
-	10, // 14: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
-	0,  // 15: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
-	0,  // 16: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
-	0,  // 17: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
-	8,  // 18: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
-	10, // [10:19] is the sub-list for method output_type
-	1,  // [1:10] is the sub-list for method input_type
+	10, // 0: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
+	2,  // 1: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
+	3,  // 2: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
+	5,  // 3: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
+	5,  // 4: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
+	6,  // 5: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
+	2,  // 6: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
+	2,  // 7: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
+	7,  // 8: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
+	8,  // 9: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
+	0,  // 10: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
+	0,  // 11: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
+	11, // 12: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
+	4,  // 13: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
+	11, // 14: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
+	11, // 15: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
+	11, // 16: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
+	1,  // 17: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
+	1,  // 18: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
+	1,  // 19: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
+	9,  // 20: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
+	1,  // 21: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
+	1,  // 22: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
+	12, // [12:23] is the sub-list for method output_type
+	1,  // [1:12] is the sub-list for method input_type
 	1,  // [1:1] is the sub-list for extension type_name
 	1,  // [1:1] is the sub-list for extension extendee
 	0,  // [0:1] is the sub-list for field type_name
@@ -682,7 +744,7 @@ func file_meta_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_service_proto_rawDesc), len(file_meta_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

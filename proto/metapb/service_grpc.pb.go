@@ -23,15 +23,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Meta_Stat_FullMethodName    = "/sluice.meta.v1.Meta/Stat"
-	Meta_List_FullMethodName    = "/sluice.meta.v1.Meta/List"
-	Meta_Mkdir_FullMethodName   = "/sluice.meta.v1.Meta/Mkdir"
-	Meta_Create_FullMethodName  = "/sluice.meta.v1.Meta/Create"
-	Meta_Symlink_FullMethodName = "/sluice.meta.v1.Meta/Symlink"
-	Meta_Unlink_FullMethodName  = "/sluice.meta.v1.Meta/Unlink"
-	Meta_Rmdir_FullMethodName   = "/sluice.meta.v1.Meta/Rmdir"
-	Meta_Rename_FullMethodName  = "/sluice.meta.v1.Meta/Rename"
-	Meta_Status_FullMethodName  = "/sluice.meta.v1.Meta/Status"
+	Meta_Stat_FullMethodName         = "/sluice.meta.v1.Meta/Stat"
+	Meta_List_FullMethodName         = "/sluice.meta.v1.Meta/List"
+	Meta_Mkdir_FullMethodName        = "/sluice.meta.v1.Meta/Mkdir"
+	Meta_Create_FullMethodName       = "/sluice.meta.v1.Meta/Create"
+	Meta_Symlink_FullMethodName      = "/sluice.meta.v1.Meta/Symlink"
+	Meta_Unlink_FullMethodName       = "/sluice.meta.v1.Meta/Unlink"
+	Meta_Rmdir_FullMethodName        = "/sluice.meta.v1.Meta/Rmdir"
+	Meta_Rename_FullMethodName       = "/sluice.meta.v1.Meta/Rename"
+	Meta_Status_FullMethodName       = "/sluice.meta.v1.Meta/Status"
+	Meta_AddMember_FullMethodName    = "/sluice.meta.v1.Meta/AddMember"
+	Meta_RemoveMember_FullMethodName = "/sluice.meta.v1.Meta/RemoveMember"
 )
 
 // MetaClient is the client API for Meta service.
@@ -47,6 +49,9 @@ type MetaClient interface {
 	Rmdir(ctx context.Context, in *PathRequest, opts ...grpc.CallOption) (*Empty, error)
 	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*Empty, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusReply, error)
+	// Membership of the Raft group (admin).
+	AddMember(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*Empty, error)
+	RemoveMember(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*Empty, error)
 }
 
 type metaClient struct {
@@ -147,6 +152,26 @@ func (c *metaClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *metaClient) AddMember(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Meta_AddMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) RemoveMember(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Meta_RemoveMember_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MetaServer is the server API for Meta service.
 // All implementations must embed UnimplementedMetaServer
 // for forward compatibility.
@@ -160,6 +185,9 @@ type MetaServer interface {
 	Rmdir(context.Context, *PathRequest) (*Empty, error)
 	Rename(context.Context, *RenameRequest) (*Empty, error)
 	Status(context.Context, *StatusRequest) (*StatusReply, error)
+	// Membership of the Raft group (admin).
+	AddMember(context.Context, *MemberRequest) (*Empty, error)
+	RemoveMember(context.Context, *MemberRequest) (*Empty, error)
 	mustEmbedUnimplementedMetaServer()
 }
 
@@ -196,6 +224,12 @@ func (UnimplementedMetaServer) Rename(context.Context, *RenameRequest) (*Empty, 
 }
 func (UnimplementedMetaServer) Status(context.Context, *StatusRequest) (*StatusReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedMetaServer) AddMember(context.Context, *MemberRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method AddMember not implemented")
+}
+func (UnimplementedMetaServer) RemoveMember(context.Context, *MemberRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveMember not implemented")
 }
 func (UnimplementedMetaServer) mustEmbedUnimplementedMetaServer() {}
 func (UnimplementedMetaServer) testEmbeddedByValue()              {}
@@ -380,6 +414,42 @@ func _Meta_Status_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_AddMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).AddMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_AddMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).AddMember(ctx, req.(*MemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_RemoveMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MemberRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).RemoveMember(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_RemoveMember_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).RemoveMember(ctx, req.(*MemberRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Meta_ServiceDesc is the grpc.ServiceDesc for Meta service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -422,6 +492,14 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Meta_Status_Handler,
+		},
+		{
+			MethodName: "AddMember",
+			Handler:    _Meta_AddMember_Handler,
+		},
+		{
+			MethodName: "RemoveMember",
+			Handler:    _Meta_RemoveMember_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

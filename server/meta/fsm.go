@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
@@ -23,8 +24,9 @@ import (
 // client), so a retried command (same client and sequence number) returns
 // the first result instead of applying twice, on every replica alike.
 type FSM struct {
-	db *pebble.DB
-	ns *Namespace
+	db      *pebble.DB
+	ns      *Namespace
+	applied atomic.Uint64 // the last log index applied (Raft's own counter runs ahead of the FSM)
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -51,10 +53,22 @@ func clearAll(db *pebble.DB) error {
 	return nil
 }
 
+// appliedKey holds the last applied index, so that a snapshot carries it.
+var appliedKey = []byte("a")
+
+// Applied is the last log index whose command has been applied.
+func (f *FSM) Applied() uint64 { return f.applied.Load() }
+
+func (f *FSM) setApplied(index uint64) {
+	f.db.Set(appliedKey, binary.BigEndian.AppendUint64(nil, index), pebble.NoSync)
+	f.applied.Store(index)
+}
+
 func sessionKey(client uint64) []byte { return binary.BigEndian.AppendUint64([]byte{'q'}, client) }
 
 // Apply runs one command; it returns the *metapb.Result.
 func (f *FSM) Apply(l *raft.Log) interface{} {
+	defer f.setApplied(l.Index)
 	cmd := &metapb.Command{}
 	if err := proto.Unmarshal(l.Data, cmd); err != nil {
 		return errResult(fmt.Errorf("%w: command at index %d: %v", fabric.ErrBadRequest, l.Index, err))
@@ -197,5 +211,12 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 			b = f.db.NewBatch()
 		}
 	}
-	return b.Commit(pebble.NoSync)
+	if err := b.Commit(pebble.NoSync); err != nil {
+		return err
+	}
+	v, err := get(dbReader{f.db}, appliedKey)
+	if err == nil && len(v) == 8 {
+		f.applied.Store(binary.BigEndian.Uint64(v))
+	}
+	return nil
 }

@@ -50,6 +50,8 @@ type Replica struct {
 	trans *raft.NetworkTransport
 
 	barrierTerm atomic.Uint64 // the term a barrier was passed in
+
+	applyObserver interface{ Observe(float64) } // set by NewMetrics
 }
 
 // StartReplica opens (or creates) a replica in cfg.Dir. A new group is
@@ -135,8 +137,13 @@ func (r *Replica) Do(ctx context.Context, cmd *metapb.Command) (*metapb.Result, 
 	if dl, ok := ctx.Deadline(); ok {
 		timeout = time.Until(dl)
 	}
+	t0 := time.Now()
 	f := r.raft.Apply(data, timeout)
-	if err := f.Error(); err != nil {
+	err = f.Error()
+	if r.applyObserver != nil {
+		r.applyObserver.Observe(time.Since(t0).Seconds())
+	}
+	if err != nil {
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrLeadershipTransferInProgress) {
 			return nil, r.notLeader()
 		}
@@ -170,8 +177,44 @@ func (r *Replica) Read(ctx context.Context, fn func(*Namespace) error) error {
 	return fn(r.fsm.ns)
 }
 
-// AppliedIndex is the last log index applied to the namespace.
-func (r *Replica) AppliedIndex() uint64 { return r.raft.AppliedIndex() }
+// AddMember adds a voting replica to the group; it catches up from the
+// leader's snapshot and log. Only the leader can change the membership.
+func (r *Replica) AddMember(id, addr string) error {
+	if !r.IsLeader() {
+		return r.notLeader()
+	}
+	if err := r.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 10*time.Second).Error(); err != nil {
+		return fmt.Errorf("add member %s: %w", id, err)
+	}
+	return nil
+}
+
+// RemoveMember removes a replica from the group.
+func (r *Replica) RemoveMember(id string) error {
+	if !r.IsLeader() {
+		return r.notLeader()
+	}
+	if err := r.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
+		return fmt.Errorf("remove member %s: %w", id, err)
+	}
+	return nil
+}
+
+// Members lists the group's replicas as id@address.
+func (r *Replica) Members() ([]string, error) {
+	f := r.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, s := range f.Configuration().Servers {
+		out = append(out, string(s.ID)+"@"+string(s.Address))
+	}
+	return out, nil
+}
+
+// AppliedIndex is the last log index whose command the namespace has applied.
+func (r *Replica) AppliedIndex() uint64 { return r.fsm.Applied() }
 
 // Namespace exposes the state for checks (not linearizable).
 func (r *Replica) Namespace() *Namespace { return r.fsm.ns }

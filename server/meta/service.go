@@ -180,14 +180,24 @@ func (s *Service) Rename(ctx context.Context, req *metapb.RenameRequest) (*metap
 func (s *Service) Status(ctx context.Context, req *metapb.StatusRequest) (*metapb.StatusReply, error) {
 	addr, id := s.r.raft.LeaderWithID()
 	reply := &metapb.StatusReply{Leader: string(id) + "@" + string(addr), State: s.r.raft.State().String(), AppliedIndex: s.r.AppliedIndex()}
-	if f := s.r.raft.GetConfiguration(); f.Error() == nil {
-		for _, srv := range f.Configuration().Servers {
-			reply.Members = append(reply.Members, string(srv.ID)+"@"+string(srv.Address))
-		}
-	}
+	reply.Members, _ = s.r.Members()
 	n, err := s.r.Namespace().Statfs()
 	reply.Inodes = n
 	return reply, toStatus(err)
+}
+
+func (s *Service) AddMember(ctx context.Context, req *metapb.MemberRequest) (*metapb.Empty, error) {
+	if req.Id == "" || req.Address == "" {
+		return nil, status.Error(codes.InvalidArgument, "a member needs an id and a Raft address")
+	}
+	return &metapb.Empty{}, toStatus(s.r.AddMember(req.Id, req.Address))
+}
+
+func (s *Service) RemoveMember(ctx context.Context, req *metapb.MemberRequest) (*metapb.Empty, error) {
+	if req.Id == "" {
+		return nil, status.Error(codes.InvalidArgument, "which member?")
+	}
+	return &metapb.Empty{}, toStatus(s.r.RemoveMember(req.Id))
 }
 
 // toStatus maps namespace errors to gRPC status codes (and so, through the

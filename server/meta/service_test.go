@@ -27,6 +27,11 @@ const token = "test-cluster-token"
 // apiServer starts a one-replica group, its gRPC server with token auth,
 // and the REST gateway in front of it.
 func apiServer(t *testing.T) (metapb.MetaClient, *httptest.Server) {
+	c, hs, _ := apiServerWithMetrics(t)
+	return c, hs
+}
+
+func apiServerWithMetrics(t *testing.T) (metapb.MetaClient, *httptest.Server, *Metrics) {
 	r, err := StartReplica(ReplicaConfig{ID: "solo", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: rootLayout, Fast: true})
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +47,8 @@ func apiServer(t *testing.T) (metapb.MetaClient, *httptest.Server) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	unary, stream := TokenAuth(token)
-	gs := grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
+	metrics := NewMetrics(r)
+	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(metrics.Interceptor(), unary), grpc.StreamInterceptor(stream))
 	metapb.RegisterMetaServer(gs, NewService(r))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -61,7 +67,7 @@ func apiServer(t *testing.T) (metapb.MetaClient, *httptest.Server) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return metapb.NewMetaClient(conn), hs
+	return metapb.NewMetaClient(conn), hs, metrics
 }
 
 func authed(t *testing.T) context.Context {
@@ -182,6 +188,36 @@ func TestOpenAPICommitted(t *testing.T) {
 	for _, p := range []string{"/v1/cluster/status", "/v1/stat/{path}", "/v1/rename"} {
 		if !strings.Contains(string(b), p) {
 			t.Errorf("OpenAPI file lacks %s", p)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	c, _, m := apiServerWithMetrics(t)
+	ctx := authed(t)
+	if _, err := c.Mkdir(ctx, &metapb.MakeRequest{Path: "/m"}); err != nil {
+		t.Fatal(err)
+	}
+	c.Mkdir(ctx, &metapb.MakeRequest{Path: "/m"}) // AlreadyExists
+	c.Stat(context.Background(), &metapb.PathRequest{Path: "/"})
+	hs := httptest.NewServer(m.Handler())
+	defer hs.Close()
+	resp, err := http.Get(hs.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{
+		`sluice_meta_calls_total{code="OK",method="Mkdir"} 1`,
+		`sluice_meta_calls_total{code="AlreadyExists",method="Mkdir"} 1`,
+		`sluice_meta_calls_total{code="Unauthenticated",method="Stat"} 1`,
+		`sluice_meta_raft_state{state="Leader"} 1`,
+		`sluice_meta_apply_seconds_count 2`,
+		`sluice_meta_raft_applied_index`,
+	} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %s", want)
 		}
 	}
 }
