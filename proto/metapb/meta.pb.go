@@ -9,6 +9,7 @@
 package metapb
 
 import (
+	mgmtdpb "github.com/sluicefs/sluice/proto/mgmtdpb"
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	reflect "reflect"
@@ -355,6 +356,7 @@ type Command struct {
 	//	*Command_Rename
 	//	*Command_Setattr
 	//	*Command_Collected
+	//	*Command_Cluster
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -499,6 +501,15 @@ func (x *Command) GetCollected() uint64 {
 	return 0
 }
 
+func (x *Command) GetCluster() *mgmtdpb.Command {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Cluster); ok {
+			return x.Cluster
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -539,6 +550,10 @@ type Command_Collected struct {
 	Collected uint64 `protobuf:"varint,18,opt,name=collected,proto3,oneof"`
 }
 
+type Command_Cluster struct {
+	Cluster *mgmtdpb.Command `protobuf:"bytes,19,opt,name=cluster,proto3,oneof"` // mgmtd: a change to the cluster map
+}
+
 func (*Command_Mkdir) isCommand_Op() {}
 
 func (*Command_Create) isCommand_Op() {}
@@ -556,6 +571,8 @@ func (*Command_Rename) isCommand_Op() {}
 func (*Command_Setattr) isCommand_Op() {}
 
 func (*Command_Collected) isCommand_Op() {}
+
+func (*Command_Cluster) isCommand_Op() {}
 
 type MkdirOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1130,7 +1147,7 @@ var File_meta_v1_meta_proto protoreflect.FileDescriptor
 
 const file_meta_v1_meta_proto_rawDesc = "" +
 	"\n" +
-	"\x12meta/v1/meta.proto\x12\x0esluice.meta.v1\"`\n" +
+	"\x12meta/v1/meta.proto\x12\x0esluice.meta.v1\x1a\x14mgmtd/v1/mgmtd.proto\"`\n" +
 	"\x06Layout\x12\x1f\n" +
 	"\vchain_table\x18\x01 \x01(\rR\n" +
 	"chainTable\x12\x1d\n" +
@@ -1155,7 +1172,7 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\bDirEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12-\n" +
-	"\x04type\x18\x03 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\"\x8b\x04\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\"\xc1\x04\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ns\x18\x01 \x01(\x03R\x05nowNs\x12\x16\n" +
 	"\x06client\x18\x02 \x01(\x04R\x06client\x12\x10\n" +
@@ -1169,7 +1186,8 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x05rmdir\x18\x0f \x01(\v2\x18.sluice.meta.v1.RemoveOpH\x00R\x05rmdir\x122\n" +
 	"\x06rename\x18\x10 \x01(\v2\x18.sluice.meta.v1.RenameOpH\x00R\x06rename\x125\n" +
 	"\asetattr\x18\x11 \x01(\v2\x19.sluice.meta.v1.SetattrOpH\x00R\asetattr\x12\x1e\n" +
-	"\tcollected\x18\x12 \x01(\x04H\x00R\tcollectedB\x04\n" +
+	"\tcollected\x18\x12 \x01(\x04H\x00R\tcollected\x124\n" +
+	"\acluster\x18\x13 \x01(\v2\x18.sluice.mgmtd.v1.CommandH\x00R\aclusterB\x04\n" +
 	"\x02op\"m\n" +
 	"\aMkdirOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
@@ -1243,19 +1261,20 @@ func file_meta_v1_meta_proto_rawDescGZIP() []byte {
 var file_meta_v1_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
 var file_meta_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_meta_v1_meta_proto_goTypes = []any{
-	(InodeType)(0),    // 0: sluice.meta.v1.InodeType
-	(*Layout)(nil),    // 1: sluice.meta.v1.Layout
-	(*Inode)(nil),     // 2: sluice.meta.v1.Inode
-	(*DirEntry)(nil),  // 3: sluice.meta.v1.DirEntry
-	(*Command)(nil),   // 4: sluice.meta.v1.Command
-	(*MkdirOp)(nil),   // 5: sluice.meta.v1.MkdirOp
-	(*CreateOp)(nil),  // 6: sluice.meta.v1.CreateOp
-	(*SymlinkOp)(nil), // 7: sluice.meta.v1.SymlinkOp
-	(*LinkOp)(nil),    // 8: sluice.meta.v1.LinkOp
-	(*RemoveOp)(nil),  // 9: sluice.meta.v1.RemoveOp
-	(*RenameOp)(nil),  // 10: sluice.meta.v1.RenameOp
-	(*SetattrOp)(nil), // 11: sluice.meta.v1.SetattrOp
-	(*Result)(nil),    // 12: sluice.meta.v1.Result
+	(InodeType)(0),          // 0: sluice.meta.v1.InodeType
+	(*Layout)(nil),          // 1: sluice.meta.v1.Layout
+	(*Inode)(nil),           // 2: sluice.meta.v1.Inode
+	(*DirEntry)(nil),        // 3: sluice.meta.v1.DirEntry
+	(*Command)(nil),         // 4: sluice.meta.v1.Command
+	(*MkdirOp)(nil),         // 5: sluice.meta.v1.MkdirOp
+	(*CreateOp)(nil),        // 6: sluice.meta.v1.CreateOp
+	(*SymlinkOp)(nil),       // 7: sluice.meta.v1.SymlinkOp
+	(*LinkOp)(nil),          // 8: sluice.meta.v1.LinkOp
+	(*RemoveOp)(nil),        // 9: sluice.meta.v1.RemoveOp
+	(*RenameOp)(nil),        // 10: sluice.meta.v1.RenameOp
+	(*SetattrOp)(nil),       // 11: sluice.meta.v1.SetattrOp
+	(*Result)(nil),          // 12: sluice.meta.v1.Result
+	(*mgmtdpb.Command)(nil), // 13: sluice.mgmtd.v1.Command
 }
 var file_meta_v1_meta_proto_depIdxs = []int32{
 	0,  // 0: sluice.meta.v1.Inode.type:type_name -> sluice.meta.v1.InodeType
@@ -1269,12 +1288,13 @@ var file_meta_v1_meta_proto_depIdxs = []int32{
 	9,  // 8: sluice.meta.v1.Command.rmdir:type_name -> sluice.meta.v1.RemoveOp
 	10, // 9: sluice.meta.v1.Command.rename:type_name -> sluice.meta.v1.RenameOp
 	11, // 10: sluice.meta.v1.Command.setattr:type_name -> sluice.meta.v1.SetattrOp
-	2,  // 11: sluice.meta.v1.Result.inode:type_name -> sluice.meta.v1.Inode
-	12, // [12:12] is the sub-list for method output_type
-	12, // [12:12] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	13, // 11: sluice.meta.v1.Command.cluster:type_name -> sluice.mgmtd.v1.Command
+	2,  // 12: sluice.meta.v1.Result.inode:type_name -> sluice.meta.v1.Inode
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_meta_proto_init() }
@@ -1292,6 +1312,7 @@ func file_meta_v1_meta_proto_init() {
 		(*Command_Rename)(nil),
 		(*Command_Setattr)(nil),
 		(*Command_Collected)(nil),
+		(*Command_Cluster)(nil),
 	}
 	file_meta_v1_meta_proto_msgTypes[10].OneofWrappers = []any{}
 	type x struct{}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/server/mgmtd"
 )
 
 // FSM applies namespace Commands from the Raft log. Its Pebble database is
@@ -26,6 +27,7 @@ import (
 type FSM struct {
 	db      *pebble.DB
 	ns      *Namespace
+	cluster *mgmtd.ClusterMap
 	applied atomic.Uint64 // the last log index applied (Raft's own counter runs ahead of the FSM)
 }
 
@@ -40,7 +42,7 @@ func NewFSM(db *pebble.DB, rootLayout *metapb.Layout) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &FSM{db: db, ns: ns}, nil
+	return &FSM{db: db, ns: ns, cluster: mgmtd.NewClusterMap(db)}, nil
 }
 
 // Namespace is the state, for reads.
@@ -122,6 +124,8 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 		in, err = f.ns.Setattr(s.Ino, SetAttr{Mode: s.Mode, UID: s.Uid, GID: s.Gid, Size: s.Size, Atime: s.AtimeNs, Mtime: s.MtimeNs}, now)
 	case *metapb.Command_Collected:
 		err = f.ns.Collected(op.Collected)
+	case *metapb.Command_Cluster:
+		err = f.cluster.Apply(op.Cluster)
 	default:
 		err = fmt.Errorf("%w: empty command", fabric.ErrBadRequest)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/server/raftstore"
 )
 
@@ -175,6 +176,22 @@ func (r *Replica) Read(ctx context.Context, fn func(*Namespace) error) error {
 		return r.notLeader()
 	}
 	return fn(r.fsm.ns)
+}
+
+// ClusterMap returns the cluster map as this replica has applied it.
+func (r *Replica) ClusterMap() (*mgmtdpb.ClusterMap, error) { return r.fsm.cluster.Map() }
+
+// ProposeCluster commits a change to the cluster map (mgmtd's commands go
+// through the same log as the namespace's).
+func (r *Replica) ProposeCluster(ctx context.Context, cmd *mgmtdpb.Command) error {
+	res, err := r.Do(ctx, &metapb.Command{Op: &metapb.Command_Cluster{Cluster: cmd}})
+	if err != nil {
+		return err
+	}
+	if res.Code != 0 {
+		return fabric.RemoteError(fabric.Code(res.Code), res.Error)
+	}
+	return nil
 }
 
 // AddMember adds a voting replica to the group; it catches up from the

@@ -1,0 +1,123 @@
+package mgmtd
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/sluicefs/sluice/proto/mgmtdpb"
+)
+
+// Proposer is what the Detector needs of the metadata Raft group.
+type Proposer interface {
+	// IsLeader reports whether this replica leads the group.
+	IsLeader() bool
+	// ClusterMap returns the map as this replica has applied it.
+	ClusterMap() (*mgmtdpb.ClusterMap, error)
+	// ProposeCluster commits a change to the map through the log.
+	ProposeCluster(ctx context.Context, cmd *mgmtdpb.Command) error
+}
+
+// Detector runs on the leader and keeps each target's heartbeat as a lease,
+// in memory: a lease that lapses takes the target offline, a heartbeat from
+// an offline target starts its resync. Only state changes go through the
+// log, never the heartbeats themselves; a new leader starts everyone with a
+// full lease.
+type Detector struct {
+	p     Proposer
+	lease time.Duration
+	log   *slog.Logger
+
+	mu     sync.Mutex
+	seen   map[uint32]time.Time
+	leader bool
+}
+
+// NewDetector makes a detector with the given lease.
+func NewDetector(p Proposer, lease time.Duration, log *slog.Logger) *Detector {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Detector{p: p, lease: lease, log: log, seen: map[uint32]time.Time{}}
+}
+
+// Heartbeat records that a node's targets are alive; an offline one is
+// brought back as syncing.
+func (d *Detector) Heartbeat(ctx context.Context, targets []uint32) error {
+	now := time.Now()
+	d.mu.Lock()
+	for _, t := range targets {
+		d.seen[t] = now
+	}
+	d.mu.Unlock()
+	if !d.p.IsLeader() {
+		return nil
+	}
+	m, err := d.p.ClusterMap()
+	if err != nil {
+		return err
+	}
+	for _, id := range targets {
+		if t := target(m, id); t != nil && t.State == mgmtdpb.TargetState_OFFLINE {
+			if err := d.p.ProposeCluster(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_TargetRejoin{TargetRejoin: id}}); err != nil {
+				return err
+			}
+			d.log.Info("target back; syncing", "target", id)
+		}
+	}
+	return nil
+}
+
+// Run checks leases every quarter lease until ctx ends.
+func (d *Detector) Run(ctx context.Context) {
+	t := time.NewTicker(d.lease / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		d.check(ctx)
+	}
+}
+
+func (d *Detector) check(ctx context.Context) {
+	now := time.Now()
+	leader := d.p.IsLeader()
+	d.mu.Lock()
+	if leader && !d.leader {
+		// Newly in office: everyone gets a full lease from now.
+		for id := range d.seen {
+			d.seen[id] = now
+		}
+	}
+	d.leader = leader
+	d.mu.Unlock()
+	if !leader {
+		return
+	}
+	m, err := d.p.ClusterMap()
+	if err != nil {
+		return
+	}
+	for _, t := range m.Targets {
+		if t.State == mgmtdpb.TargetState_OFFLINE {
+			continue
+		}
+		d.mu.Lock()
+		last, ok := d.seen[t.Id]
+		if !ok {
+			d.seen[t.Id], last = now, now // first sight: a full lease
+		}
+		d.mu.Unlock()
+		if now.Sub(last) > d.lease {
+			if err := d.p.ProposeCluster(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_TargetOffline{TargetOffline: t.Id}}); err != nil {
+				d.log.Warn("cannot take a target offline", "target", t.Id, "err", err)
+				continue
+			}
+			d.log.Warn("target lease lapsed; offline", "target", t.Id, "last heartbeat", last)
+		}
+	}
+}
