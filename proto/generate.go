@@ -6,7 +6,7 @@
 // (grpc_api_configuration), and the OpenAPI file is generated from them.
 package proto
 
-//go:generate sh -c "protoc --plugin=protoc-gen-go=$(go tool -n protoc-gen-go) --go_out=. --go_opt=module=github.com/sluicefs/sluice/proto storage/v1/storage.proto mgmtd/v1/mgmtd.proto meta/v1/meta.proto meta/v1/service.proto"
-//go:generate sh -c "protoc --plugin=protoc-gen-go-grpc=$(go tool -n protoc-gen-go-grpc) --go-grpc_out=. --go-grpc_opt=module=github.com/sluicefs/sluice/proto meta/v1/service.proto"
+//go:generate sh -c "protoc --plugin=protoc-gen-go=$(go tool -n protoc-gen-go) --go_out=. --go_opt=module=github.com/sluicefs/sluice/proto storage/v1/storage.proto mgmtd/v1/mgmtd.proto mgmtd/v1/service.proto meta/v1/meta.proto meta/v1/service.proto"
+//go:generate sh -c "protoc --plugin=protoc-gen-go-grpc=$(go tool -n protoc-gen-go-grpc) --go-grpc_out=. --go-grpc_opt=module=github.com/sluicefs/sluice/proto meta/v1/service.proto mgmtd/v1/service.proto"
 //go:generate sh -c "protoc --plugin=protoc-gen-grpc-gateway=$(go tool -n protoc-gen-grpc-gateway) --grpc-gateway_out=. --grpc-gateway_opt=module=github.com/sluicefs/sluice/proto --grpc-gateway_opt=grpc_api_configuration=meta/v1/meta_http.yaml meta/v1/service.proto"
 //go:generate sh -c "protoc --plugin=protoc-gen-openapiv2=$(go tool -n protoc-gen-openapiv2) --openapiv2_out=openapi --openapiv2_opt=grpc_api_configuration=meta/v1/meta_http.yaml --openapiv2_opt=allow_merge=true --openapiv2_opt=merge_file_name=sluice meta/v1/service.proto"

@@ -218,6 +218,7 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 	if err := b.Commit(pebble.NoSync); err != nil {
 		return err
 	}
+	f.cluster.Notify()
 	v, err := get(dbReader{f.db}, appliedKey)
 	if err == nil && len(v) == 8 {
 		f.applied.Store(binary.BigEndian.Uint64(v))

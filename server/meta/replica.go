@@ -181,6 +181,10 @@ func (r *Replica) Read(ctx context.Context, fn func(*Namespace) error) error {
 // ClusterMap returns the cluster map as this replica has applied it.
 func (r *Replica) ClusterMap() (*mgmtdpb.ClusterMap, error) { return r.fsm.cluster.Map() }
 
+// ClusterChanged returns a channel closed at the cluster map's next change
+// on this replica.
+func (r *Replica) ClusterChanged() <-chan struct{} { return r.fsm.cluster.Changed() }
+
 // ProposeCluster commits a change to the cluster map (mgmtd's commands go
 // through the same log as the namespace's).
 func (r *Replica) ProposeCluster(ctx context.Context, cmd *mgmtdpb.Command) error {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
@@ -27,10 +28,31 @@ var mapKey = []byte("m")
 // a time.
 type ClusterMap struct {
 	db *pebble.DB
+
+	mu      sync.Mutex
+	changed chan struct{} // closed at the next change
 }
 
 // NewClusterMap uses db.
-func NewClusterMap(db *pebble.DB) *ClusterMap { return &ClusterMap{db: db} }
+func NewClusterMap(db *pebble.DB) *ClusterMap {
+	return &ClusterMap{db: db, changed: make(chan struct{})}
+}
+
+// Changed returns a channel closed at the map's next change on this replica.
+func (c *ClusterMap) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}
+
+// Notify wakes the watchers; the state machine calls it after a snapshot
+// restore replaced the map wholesale.
+func (c *ClusterMap) Notify() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.changed)
+	c.changed = make(chan struct{})
+}
 
 // Map returns the current map.
 func (c *ClusterMap) Map() (*mgmtdpb.ClusterMap, error) {
@@ -74,7 +96,11 @@ func (c *ClusterMap) Apply(cmd *mgmtdpb.Command) error {
 	if err != nil {
 		return err
 	}
-	return c.db.Set(mapKey, v, pebble.NoSync)
+	if err := c.db.Set(mapKey, v, pebble.NoSync); err != nil {
+		return err
+	}
+	c.Notify()
+	return nil
 }
 
 func target(m *mgmtdpb.ClusterMap, id uint32) *mgmtdpb.Target {

@@ -1,0 +1,121 @@
+package mgmtd_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/server/meta"
+	"github.com/sluicefs/sluice/server/mgmtd"
+	"github.com/sluicefs/sluice/server/storage"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// TestServiceAndWatch: storage nodes register and heartbeat over gRPC, a
+// client watches the routing stream, and sees a target whose heartbeats
+// stop leave its chain, come back syncing, and serve again.
+func TestServiceAndWatch(t *testing.T) {
+	r, err := meta.StartReplica(meta.ReplicaConfig{ID: "m", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: &metapb.Layout{ChunkSize: 1 << 20, Stripe: 1}, Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Bootstrap(map[string]string{"m": r.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	for !r.IsLeader() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	d := mgmtd.NewDetector(r, 400*time.Millisecond, quiet)
+	go d.Run(ctx)
+	unary, stream := meta.TokenAuth("tok")
+	gs := grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
+	mgmtdpb.RegisterMgmtdServer(gs, mgmtd.NewService(r, d))
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go gs.Serve(ln)
+	defer gs.Stop()
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := mgmtdpb.NewMgmtdClient(conn)
+	if _, err := c.GetClusterMap(ctx, &mgmtdpb.Empty{}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("without the token: %v", err)
+	}
+	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer tok")
+	for n := 1; n <= 3; n++ {
+		if _, err := c.Register(actx, &mgmtdpb.RegisterNode{Node: &mgmtdpb.Node{Id: fmt.Sprint("n", n), Address: fmt.Sprintf("127.0.0.1:%d", 7400+n)}, Targets: []uint32{uint32(n)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.CreateTable(actx, &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateTable(actx, &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 1}); status.Code(err) != codes.FailedPrecondition {
+		t.Fatalf("table created twice: %v", err)
+	}
+	var twoBeats atomic.Bool
+	go func() {
+		for ctx.Err() == nil {
+			alive := []uint32{1, 3}
+			if twoBeats.Load() {
+				alive = append(alive, 2)
+			}
+			c.Heartbeat(actx, &mgmtdpb.HeartbeatRequest{Node: "all", Targets: alive})
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	w, err := mgmtd.WatchRouting(actx, c, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	wait := func(what string, ok func(*storage.Routing) bool) *storage.Routing {
+		t.Helper()
+		for {
+			changed := w.Changed()
+			if r := w.Routing(); ok(r) {
+				return r
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				t.Fatalf("never: %s (routing %+v)", what, w.Routing())
+			}
+		}
+	}
+	rt := wait("chain 1 routed", func(r *storage.Routing) bool { return len(r.Chains[1].Targets) == 3 })
+	if rt.Targets[2].Node != "127.0.0.1:7402" {
+		t.Fatalf("target 2 at %q", rt.Targets[2].Node)
+	}
+	rt = wait("target 2 offline", func(r *storage.Routing) bool { return r.Targets[2].State == storage.Offline })
+	if ch := rt.Chains[1]; len(ch.Targets) != 2 || ch.Version != 2 {
+		t.Fatalf("chain after the lease lapsed: %+v", ch)
+	}
+	twoBeats.Store(true)
+	wait("target 2 syncing", func(r *storage.Routing) bool { return r.Targets[2].State == storage.Syncing })
+	if _, err := c.ReportSynced(actx, &mgmtdpb.TargetSynced{Chain: 1, Target: 2}); err != nil {
+		t.Fatal(err)
+	}
+	rt = wait("target 2 serving", func(r *storage.Routing) bool { return r.Targets[2].State == storage.Serving })
+	if ch := rt.Chains[1]; len(ch.Targets) != 3 || ch.Targets[2] != 2 {
+		t.Fatalf("chain after resync: %+v", ch)
+	}
+}
