@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"net/http"
 	"path"
@@ -12,7 +11,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -225,34 +223,6 @@ func toStatus(err error) error {
 		code = codes.DeadlineExceeded
 	}
 	return status.Error(code, err.Error())
-}
-
-// TokenAuth returns gRPC interceptors that refuse calls without the cluster
-// token ("authorization: Bearer <token>" metadata; the REST gateway passes
-// the HTTP Authorization header through).
-func TokenAuth(token string) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
-	check := func(ctx context.Context) error {
-		md, _ := metadata.FromIncomingContext(ctx)
-		for _, v := range md.Get("authorization") {
-			if got, ok := strings.CutPrefix(v, "Bearer "); ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
-				return nil
-			}
-		}
-		return status.Error(codes.Unauthenticated, "missing or wrong cluster token")
-	}
-	unary := func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		if err := check(ctx); err != nil {
-			return nil, err
-		}
-		return h(ctx, req)
-	}
-	stream := func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-		if err := check(ss.Context()); err != nil {
-			return err
-		}
-		return h(srv, ss)
-	}
-	return unary, stream
 }
 
 // Gateway returns an HTTP handler serving the REST/JSON API, forwarding to

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/server/rpc"
 )
 
 const token = "test-cluster-token"
@@ -46,7 +47,7 @@ func apiServerWithMetrics(t *testing.T) (metapb.MetaClient, *httptest.Server, *M
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	unary, stream := TokenAuth(token)
+	unary, stream := rpc.TokenAuth(token)
 	metrics := NewMetrics(r)
 	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(metrics.Interceptor(), unary), grpc.StreamInterceptor(stream))
 	metapb.RegisterMetaServer(gs, NewService(r))

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
+	"github.com/sluicefs/sluice/server/rpc"
 	"github.com/sluicefs/sluice/server/storage"
 )
 
@@ -44,7 +45,7 @@ func TestServiceAndWatch(t *testing.T) {
 	defer cancel()
 	d := mgmtd.NewDetector(r, 400*time.Millisecond, quiet)
 	go d.Run(ctx)
-	unary, stream := meta.TokenAuth("tok")
+	unary, stream := rpc.TokenAuth("tok")
 	gs := grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
 	mgmtdpb.RegisterMgmtdServer(gs, mgmtd.NewService(r, d))
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
