@@ -1,0 +1,63 @@
+package mgmtd
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/server/storage"
+)
+
+// Agent is a storage node's side of mgmtd: it registers the node and its
+// targets, heartbeats while the node runs, and reports resyncs the node
+// finished (pass OnSynced as storage.NodeConfig.OnSynced).
+type Agent struct {
+	client   mgmtdpb.MgmtdClient
+	node     *mgmtdpb.Node
+	targets  []uint32
+	interval time.Duration
+	log      *slog.Logger
+	ctx      context.Context // carries the token
+}
+
+// NewAgent registers node with targets and returns its agent. ctx carries
+// the cluster token for every call the agent makes.
+func NewAgent(ctx context.Context, client mgmtdpb.MgmtdClient, node *mgmtdpb.Node, targets []uint32, interval time.Duration, log *slog.Logger) (*Agent, error) {
+	if log == nil {
+		log = slog.Default()
+	}
+	a := &Agent{client: client, node: node, targets: targets, interval: interval, log: log, ctx: ctx}
+	if _, err := client.Register(ctx, &mgmtdpb.RegisterNode{Node: node, Targets: targets}); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Run heartbeats every interval until ctx ends.
+func (a *Agent) Run(ctx context.Context) {
+	t := time.NewTicker(a.interval)
+	defer t.Stop()
+	for {
+		if _, err := a.client.Heartbeat(a.ctx, &mgmtdpb.HeartbeatRequest{Node: a.node.Id, Targets: a.targets}); err != nil {
+			a.log.Debug("heartbeat failed", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// OnSynced reports that this node brought target in sync in chain.
+func (a *Agent) OnSynced(chain storage.ChainID, target storage.TargetID) {
+	for i := 0; i < 10; i++ {
+		_, err := a.client.ReportSynced(a.ctx, &mgmtdpb.TargetSynced{Chain: uint32(chain), Target: uint32(target)})
+		if err == nil {
+			return
+		}
+		a.log.Warn("cannot report a finished resync; retrying", "chain", chain, "target", target, "err", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,158 @@
+package mgmtd_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/fabric/faulty"
+	"github.com/sluicefs/sluice/fabric/local"
+	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/server/meta"
+	"github.com/sluicefs/sluice/server/mgmtd"
+	"github.com/sluicefs/sluice/server/rpc"
+	"github.com/sluicefs/sluice/server/storage"
+)
+
+// TestStorageUnderMgmtd: three storage nodes run with routing from mgmtd's
+// watch stream and mgmtd agents. One node goes silent and unreachable while
+// a client writes; mgmtd takes its target out when the lease lapses, the
+// chain carries on, the node comes back, mgmtd sets it syncing, its
+// predecessor resyncs it and reports it, and it serves again with every
+// replica the same.
+func TestStorageUnderMgmtd(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	r, err := meta.StartReplica(meta.ReplicaConfig{ID: "m", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: &metapb.Layout{ChunkSize: 1 << 20, Stripe: 1}, Fast: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.Bootstrap(map[string]string{"m": r.Addr()})
+	for !r.IsLeader() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	d := mgmtd.NewDetector(r, 400*time.Millisecond, quiet)
+	go d.Run(ctx)
+	unary, stream := rpc.TokenAuth("tok")
+	gs := grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
+	mgmtdpb.RegisterMgmtdServer(gs, mgmtd.NewService(r, d))
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	go gs.Serve(ln)
+	defer gs.Stop()
+	conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	defer conn.Close()
+	mc := mgmtdpb.NewMgmtdClient(conn)
+	actx := rpc.WithToken(ctx, "tok")
+
+	fnet := faulty.New(local.NewNetwork(), 1)
+	type node struct {
+		ep     fabric.Endpoint
+		eng    *storage.Engine
+		agent  *mgmtd.Agent
+		cancel context.CancelFunc
+	}
+	nodes := map[uint32]*node{}
+	for i := uint32(1); i <= 3; i++ {
+		ep, err := fnet.Listen(fmt.Sprint("storage-", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ep.Close()
+		eng, err := storage.OpenEngine(storage.EngineConfig{Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer eng.Close()
+		a, err := mgmtd.NewAgent(actx, mc, &mgmtdpb.Node{Id: fmt.Sprint("n", i), Address: string(ep.ID())}, []uint32{i}, 50*time.Millisecond, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nctx, ncancel := context.WithCancel(ctx)
+		go a.Run(nctx)
+		nodes[i] = &node{ep: ep, eng: eng, agent: a, cancel: ncancel}
+	}
+	if _, err := mc.CreateTable(actx, &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 1}); err != nil {
+		t.Fatal(err)
+	}
+	routing, err := mgmtd.WatchRouting(actx, mc, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer routing.Close()
+	for routing.Routing().Chains[1].Version == 0 {
+		<-routing.Changed()
+	}
+	for i, n := range nodes {
+		sn, err := storage.NewNode(storage.NodeConfig{Endpoint: n.ep, Routing: routing, Targets: map[storage.TargetID]*storage.Engine{storage.TargetID(i): n.eng},
+			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: n.agent.OnSynced})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sn.Close()
+	}
+	cep, _ := fnet.Dialer("client")
+	defer cep.Close()
+	buf := make([]byte, 1<<20)
+	mr, _ := cep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
+	cl := storage.NewClient(cep, routing)
+	cl.AttemptTimeout = 500 * time.Millisecond
+	write := func(i int) {
+		data := fabrictest.RandBytes(uint64(i), 32<<10)
+		copy(buf, data)
+		if _, err := cl.WriteRegistered(ctx, 1, storage.ChunkID{Inode: 9, Index: uint32(i % 5)}, 0, true, mr, 0, buf[:len(data)]); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	for i := 0; i < 20; i++ {
+		write(i)
+	}
+	// Node 2 goes silent and unreachable.
+	nodes[2].cancel()
+	heal := fnet.Isolate(nodes[2].ep.ID())
+	for i := 20; i < 40; i++ {
+		write(i)
+	}
+	if routing.Routing().Targets[2].State != storage.Offline {
+		t.Fatalf("target 2 is %v after its lease lapsed", routing.Routing().Targets[2].State)
+	}
+	// It comes back.
+	heal()
+	nctx, ncancel := context.WithCancel(ctx)
+	defer ncancel()
+	go nodes[2].agent.Run(nctx)
+	for routing.Routing().Targets[2].State != storage.Serving {
+		select {
+		case <-routing.Changed():
+		case <-ctx.Done():
+			t.Fatalf("target 2 never served again: %+v", routing.Routing().Targets[2])
+		}
+	}
+	for i := 40; i < 45; i++ {
+		write(i)
+	}
+	for c := 0; c < 5; c++ {
+		var first []byte
+		for i, n := range nodes {
+			got := make([]byte, 1<<20)
+			k, _, err := n.eng.Read(storage.ChunkID{Inode: 9, Index: uint32(c)}, 0, got)
+			if err != nil {
+				t.Fatalf("target %d chunk %d: %v", i, c, err)
+			}
+			if first == nil {
+				first = got[:k]
+			} else if !bytes.Equal(first, got[:k]) {
+				t.Fatalf("chunk %d differs on target %d", c, i)
+			}
+		}
+	}
+}
