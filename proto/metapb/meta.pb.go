@@ -357,6 +357,9 @@ type Command struct {
 	//	*Command_Setattr
 	//	*Command_Collected
 	//	*Command_Cluster
+	//	*Command_OpenSession
+	//	*Command_CloseSession
+	//	*Command_PruneClient
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -510,6 +513,33 @@ func (x *Command) GetCluster() *mgmtdpb.Command {
 	return nil
 }
 
+func (x *Command) GetOpenSession() *SessionOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_OpenSession); ok {
+			return x.OpenSession
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetCloseSession() *SessionOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_CloseSession); ok {
+			return x.CloseSession
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetPruneClient() uint64 {
+	if x != nil {
+		if x, ok := x.Op.(*Command_PruneClient); ok {
+			return x.PruneClient
+		}
+	}
+	return 0
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -554,6 +584,18 @@ type Command_Cluster struct {
 	Cluster *mgmtdpb.Command `protobuf:"bytes,19,opt,name=cluster,proto3,oneof"` // mgmtd: a change to the cluster map
 }
 
+type Command_OpenSession struct {
+	OpenSession *SessionOp `protobuf:"bytes,20,opt,name=open_session,json=openSession,proto3,oneof"`
+}
+
+type Command_CloseSession struct {
+	CloseSession *SessionOp `protobuf:"bytes,21,opt,name=close_session,json=closeSession,proto3,oneof"`
+}
+
+type Command_PruneClient struct {
+	PruneClient uint64 `protobuf:"varint,22,opt,name=prune_client,json=pruneClient,proto3,oneof"` // a dead client's write sessions go
+}
+
 func (*Command_Mkdir) isCommand_Op() {}
 
 func (*Command_Create) isCommand_Op() {}
@@ -574,6 +616,82 @@ func (*Command_Collected) isCommand_Op() {}
 
 func (*Command_Cluster) isCommand_Op() {}
 
+func (*Command_OpenSession) isCommand_Op() {}
+
+func (*Command_CloseSession) isCommand_Op() {}
+
+func (*Command_PruneClient) isCommand_Op() {}
+
+// SessionOp opens or closes a write session on a file; closing may set the
+// file's length.
+type SessionOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Client        uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
+	Size          *uint64                `protobuf:"varint,4,opt,name=size,proto3,oneof" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionOp) Reset() {
+	*x = SessionOp{}
+	mi := &file_meta_v1_meta_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionOp) ProtoMessage() {}
+
+func (x *SessionOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionOp.ProtoReflect.Descriptor instead.
+func (*SessionOp) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SessionOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *SessionOp) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *SessionOp) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *SessionOp) GetSize() uint64 {
+	if x != nil && x.Size != nil {
+		return *x.Size
+	}
+	return 0
+}
+
 type MkdirOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -587,7 +705,7 @@ type MkdirOp struct {
 
 func (x *MkdirOp) Reset() {
 	*x = MkdirOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[4]
+	mi := &file_meta_v1_meta_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -599,7 +717,7 @@ func (x *MkdirOp) String() string {
 func (*MkdirOp) ProtoMessage() {}
 
 func (x *MkdirOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[4]
+	mi := &file_meta_v1_meta_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -612,7 +730,7 @@ func (x *MkdirOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MkdirOp.ProtoReflect.Descriptor instead.
 func (*MkdirOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{4}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MkdirOp) GetParent() uint64 {
@@ -663,7 +781,7 @@ type CreateOp struct {
 
 func (x *CreateOp) Reset() {
 	*x = CreateOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	mi := &file_meta_v1_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -675,7 +793,7 @@ func (x *CreateOp) String() string {
 func (*CreateOp) ProtoMessage() {}
 
 func (x *CreateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	mi := &file_meta_v1_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -688,7 +806,7 @@ func (x *CreateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOp.ProtoReflect.Descriptor instead.
 func (*CreateOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{5}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateOp) GetParent() uint64 {
@@ -739,7 +857,7 @@ type SymlinkOp struct {
 
 func (x *SymlinkOp) Reset() {
 	*x = SymlinkOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[6]
+	mi := &file_meta_v1_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +869,7 @@ func (x *SymlinkOp) String() string {
 func (*SymlinkOp) ProtoMessage() {}
 
 func (x *SymlinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[6]
+	mi := &file_meta_v1_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +882,7 @@ func (x *SymlinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SymlinkOp.ProtoReflect.Descriptor instead.
 func (*SymlinkOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{6}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SymlinkOp) GetParent() uint64 {
@@ -813,7 +931,7 @@ type LinkOp struct {
 
 func (x *LinkOp) Reset() {
 	*x = LinkOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[7]
+	mi := &file_meta_v1_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +943,7 @@ func (x *LinkOp) String() string {
 func (*LinkOp) ProtoMessage() {}
 
 func (x *LinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[7]
+	mi := &file_meta_v1_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +956,7 @@ func (x *LinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkOp.ProtoReflect.Descriptor instead.
 func (*LinkOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{7}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *LinkOp) GetIno() uint64 {
@@ -872,7 +990,7 @@ type RemoveOp struct {
 
 func (x *RemoveOp) Reset() {
 	*x = RemoveOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[8]
+	mi := &file_meta_v1_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -884,7 +1002,7 @@ func (x *RemoveOp) String() string {
 func (*RemoveOp) ProtoMessage() {}
 
 func (x *RemoveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[8]
+	mi := &file_meta_v1_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -897,7 +1015,7 @@ func (x *RemoveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveOp.ProtoReflect.Descriptor instead.
 func (*RemoveOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{8}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RemoveOp) GetParent() uint64 {
@@ -926,7 +1044,7 @@ type RenameOp struct {
 
 func (x *RenameOp) Reset() {
 	*x = RenameOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[9]
+	mi := &file_meta_v1_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1056,7 @@ func (x *RenameOp) String() string {
 func (*RenameOp) ProtoMessage() {}
 
 func (x *RenameOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[9]
+	mi := &file_meta_v1_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1069,7 @@ func (x *RenameOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameOp.ProtoReflect.Descriptor instead.
 func (*RenameOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{9}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RenameOp) GetSrcParent() uint64 {
@@ -997,7 +1115,7 @@ type SetattrOp struct {
 
 func (x *SetattrOp) Reset() {
 	*x = SetattrOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[10]
+	mi := &file_meta_v1_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1009,7 +1127,7 @@ func (x *SetattrOp) String() string {
 func (*SetattrOp) ProtoMessage() {}
 
 func (x *SetattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[10]
+	mi := &file_meta_v1_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1022,7 +1140,7 @@ func (x *SetattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrOp.ProtoReflect.Descriptor instead.
 func (*SetattrOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{10}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SetattrOp) GetIno() uint64 {
@@ -1087,7 +1205,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_meta_v1_meta_proto_msgTypes[11]
+	mi := &file_meta_v1_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1217,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[11]
+	mi := &file_meta_v1_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1230,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{11}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -1172,7 +1290,7 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\bDirEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12-\n" +
-	"\x04type\x18\x03 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\"\xc1\x04\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\"\xe8\x05\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ns\x18\x01 \x01(\x03R\x05nowNs\x12\x16\n" +
 	"\x06client\x18\x02 \x01(\x04R\x06client\x12\x10\n" +
@@ -1187,8 +1305,17 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x06rename\x18\x10 \x01(\v2\x18.sluice.meta.v1.RenameOpH\x00R\x06rename\x125\n" +
 	"\asetattr\x18\x11 \x01(\v2\x19.sluice.meta.v1.SetattrOpH\x00R\asetattr\x12\x1e\n" +
 	"\tcollected\x18\x12 \x01(\x04H\x00R\tcollected\x124\n" +
-	"\acluster\x18\x13 \x01(\v2\x18.sluice.mgmtd.v1.CommandH\x00R\aclusterB\x04\n" +
-	"\x02op\"m\n" +
+	"\acluster\x18\x13 \x01(\v2\x18.sluice.mgmtd.v1.CommandH\x00R\acluster\x12>\n" +
+	"\fopen_session\x18\x14 \x01(\v2\x19.sluice.meta.v1.SessionOpH\x00R\vopenSession\x12@\n" +
+	"\rclose_session\x18\x15 \x01(\v2\x19.sluice.meta.v1.SessionOpH\x00R\fcloseSession\x12#\n" +
+	"\fprune_client\x18\x16 \x01(\x04H\x00R\vpruneClientB\x04\n" +
+	"\x02op\"q\n" +
+	"\tSessionOp\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12\x16\n" +
+	"\x06client\x18\x03 \x01(\x04R\x06client\x12\x17\n" +
+	"\x04size\x18\x04 \x01(\x04H\x00R\x04size\x88\x01\x01B\a\n" +
+	"\x05_size\"m\n" +
 	"\aMkdirOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -1259,42 +1386,45 @@ func file_meta_v1_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_v1_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_meta_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_meta_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_meta_v1_meta_proto_goTypes = []any{
 	(InodeType)(0),          // 0: sluice.meta.v1.InodeType
 	(*Layout)(nil),          // 1: sluice.meta.v1.Layout
 	(*Inode)(nil),           // 2: sluice.meta.v1.Inode
 	(*DirEntry)(nil),        // 3: sluice.meta.v1.DirEntry
 	(*Command)(nil),         // 4: sluice.meta.v1.Command
-	(*MkdirOp)(nil),         // 5: sluice.meta.v1.MkdirOp
-	(*CreateOp)(nil),        // 6: sluice.meta.v1.CreateOp
-	(*SymlinkOp)(nil),       // 7: sluice.meta.v1.SymlinkOp
-	(*LinkOp)(nil),          // 8: sluice.meta.v1.LinkOp
-	(*RemoveOp)(nil),        // 9: sluice.meta.v1.RemoveOp
-	(*RenameOp)(nil),        // 10: sluice.meta.v1.RenameOp
-	(*SetattrOp)(nil),       // 11: sluice.meta.v1.SetattrOp
-	(*Result)(nil),          // 12: sluice.meta.v1.Result
-	(*mgmtdpb.Command)(nil), // 13: sluice.mgmtd.v1.Command
+	(*SessionOp)(nil),       // 5: sluice.meta.v1.SessionOp
+	(*MkdirOp)(nil),         // 6: sluice.meta.v1.MkdirOp
+	(*CreateOp)(nil),        // 7: sluice.meta.v1.CreateOp
+	(*SymlinkOp)(nil),       // 8: sluice.meta.v1.SymlinkOp
+	(*LinkOp)(nil),          // 9: sluice.meta.v1.LinkOp
+	(*RemoveOp)(nil),        // 10: sluice.meta.v1.RemoveOp
+	(*RenameOp)(nil),        // 11: sluice.meta.v1.RenameOp
+	(*SetattrOp)(nil),       // 12: sluice.meta.v1.SetattrOp
+	(*Result)(nil),          // 13: sluice.meta.v1.Result
+	(*mgmtdpb.Command)(nil), // 14: sluice.mgmtd.v1.Command
 }
 var file_meta_v1_meta_proto_depIdxs = []int32{
 	0,  // 0: sluice.meta.v1.Inode.type:type_name -> sluice.meta.v1.InodeType
 	1,  // 1: sluice.meta.v1.Inode.layout:type_name -> sluice.meta.v1.Layout
 	0,  // 2: sluice.meta.v1.DirEntry.type:type_name -> sluice.meta.v1.InodeType
-	5,  // 3: sluice.meta.v1.Command.mkdir:type_name -> sluice.meta.v1.MkdirOp
-	6,  // 4: sluice.meta.v1.Command.create:type_name -> sluice.meta.v1.CreateOp
-	7,  // 5: sluice.meta.v1.Command.symlink:type_name -> sluice.meta.v1.SymlinkOp
-	8,  // 6: sluice.meta.v1.Command.link:type_name -> sluice.meta.v1.LinkOp
-	9,  // 7: sluice.meta.v1.Command.unlink:type_name -> sluice.meta.v1.RemoveOp
-	9,  // 8: sluice.meta.v1.Command.rmdir:type_name -> sluice.meta.v1.RemoveOp
-	10, // 9: sluice.meta.v1.Command.rename:type_name -> sluice.meta.v1.RenameOp
-	11, // 10: sluice.meta.v1.Command.setattr:type_name -> sluice.meta.v1.SetattrOp
-	13, // 11: sluice.meta.v1.Command.cluster:type_name -> sluice.mgmtd.v1.Command
-	2,  // 12: sluice.meta.v1.Result.inode:type_name -> sluice.meta.v1.Inode
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	6,  // 3: sluice.meta.v1.Command.mkdir:type_name -> sluice.meta.v1.MkdirOp
+	7,  // 4: sluice.meta.v1.Command.create:type_name -> sluice.meta.v1.CreateOp
+	8,  // 5: sluice.meta.v1.Command.symlink:type_name -> sluice.meta.v1.SymlinkOp
+	9,  // 6: sluice.meta.v1.Command.link:type_name -> sluice.meta.v1.LinkOp
+	10, // 7: sluice.meta.v1.Command.unlink:type_name -> sluice.meta.v1.RemoveOp
+	10, // 8: sluice.meta.v1.Command.rmdir:type_name -> sluice.meta.v1.RemoveOp
+	11, // 9: sluice.meta.v1.Command.rename:type_name -> sluice.meta.v1.RenameOp
+	12, // 10: sluice.meta.v1.Command.setattr:type_name -> sluice.meta.v1.SetattrOp
+	14, // 11: sluice.meta.v1.Command.cluster:type_name -> sluice.mgmtd.v1.Command
+	5,  // 12: sluice.meta.v1.Command.open_session:type_name -> sluice.meta.v1.SessionOp
+	5,  // 13: sluice.meta.v1.Command.close_session:type_name -> sluice.meta.v1.SessionOp
+	2,  // 14: sluice.meta.v1.Result.inode:type_name -> sluice.meta.v1.Inode
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_meta_proto_init() }
@@ -1313,15 +1443,19 @@ func file_meta_v1_meta_proto_init() {
 		(*Command_Setattr)(nil),
 		(*Command_Collected)(nil),
 		(*Command_Cluster)(nil),
+		(*Command_OpenSession)(nil),
+		(*Command_CloseSession)(nil),
+		(*Command_PruneClient)(nil),
 	}
-	file_meta_v1_meta_proto_msgTypes[10].OneofWrappers = []any{}
+	file_meta_v1_meta_proto_msgTypes[4].OneofWrappers = []any{}
+	file_meta_v1_meta_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_meta_proto_rawDesc), len(file_meta_v1_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -126,6 +126,12 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 		err = f.ns.Collected(op.Collected)
 	case *metapb.Command_Cluster:
 		err = f.cluster.Apply(op.Cluster)
+	case *metapb.Command_OpenSession:
+		err = f.ns.OpenSession(op.OpenSession.Ino, op.OpenSession.Session, op.OpenSession.Client, now)
+	case *metapb.Command_CloseSession:
+		err = f.ns.CloseSession(op.CloseSession.Ino, op.CloseSession.Session, op.CloseSession.Size, now)
+	case *metapb.Command_PruneClient:
+		err = f.ns.PruneClient(op.PruneClient)
 	default:
 		err = fmt.Errorf("%w: empty command", fabric.ErrBadRequest)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -220,3 +222,5 @@ func TestReplicatedNamespace(t *testing.T) {
 		}
 	}
 }
+
+func quietSlog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
