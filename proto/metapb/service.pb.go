@@ -173,6 +173,95 @@ func (x *PathRequest) GetSeq() uint64 {
 	return 0
 }
 
+type BatchStatRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Paths         []string               `protobuf:"bytes,1,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchStatRequest) Reset() {
+	*x = BatchStatRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchStatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchStatRequest) ProtoMessage() {}
+
+func (x *BatchStatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchStatRequest.ProtoReflect.Descriptor instead.
+func (*BatchStatRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *BatchStatRequest) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+// BatchStatReply answers each path in order; a missing one has no type.
+type BatchStatReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Inodes        []*Inode               `protobuf:"bytes,1,rep,name=inodes,proto3" json:"inodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchStatReply) Reset() {
+	*x = BatchStatReply{}
+	mi := &file_meta_v1_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchStatReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchStatReply) ProtoMessage() {}
+
+func (x *BatchStatReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchStatReply.ProtoReflect.Descriptor instead.
+func (*BatchStatReply) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *BatchStatReply) GetInodes() []*Inode {
+	if x != nil {
+		return x.Inodes
+	}
+	return nil
+}
+
 type ListRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -184,7 +273,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[3]
+	mi := &file_meta_v1_service_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -196,7 +285,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[3]
+	mi := &file_meta_v1_service_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -209,7 +298,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{3}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ListRequest) GetPath() string {
@@ -243,7 +332,7 @@ type ListReply struct {
 
 func (x *ListReply) Reset() {
 	*x = ListReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[4]
+	mi := &file_meta_v1_service_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -255,7 +344,7 @@ func (x *ListReply) String() string {
 func (*ListReply) ProtoMessage() {}
 
 func (x *ListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[4]
+	mi := &file_meta_v1_service_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -268,7 +357,7 @@ func (x *ListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReply.ProtoReflect.Descriptor instead.
 func (*ListReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{4}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ListReply) GetEntries() []*DirEntry {
@@ -299,7 +388,7 @@ type MakeRequest struct {
 
 func (x *MakeRequest) Reset() {
 	*x = MakeRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[5]
+	mi := &file_meta_v1_service_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -311,7 +400,7 @@ func (x *MakeRequest) String() string {
 func (*MakeRequest) ProtoMessage() {}
 
 func (x *MakeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[5]
+	mi := &file_meta_v1_service_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -324,7 +413,7 @@ func (x *MakeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MakeRequest.ProtoReflect.Descriptor instead.
 func (*MakeRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{5}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *MakeRequest) GetPath() string {
@@ -381,7 +470,7 @@ type SymlinkRequest struct {
 
 func (x *SymlinkRequest) Reset() {
 	*x = SymlinkRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[6]
+	mi := &file_meta_v1_service_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +482,7 @@ func (x *SymlinkRequest) String() string {
 func (*SymlinkRequest) ProtoMessage() {}
 
 func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[6]
+	mi := &file_meta_v1_service_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +495,7 @@ func (x *SymlinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SymlinkRequest.ProtoReflect.Descriptor instead.
 func (*SymlinkRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{6}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SymlinkRequest) GetPath() string {
@@ -449,7 +538,7 @@ type RenameRequest struct {
 
 func (x *RenameRequest) Reset() {
 	*x = RenameRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[7]
+	mi := &file_meta_v1_service_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -461,7 +550,7 @@ func (x *RenameRequest) String() string {
 func (*RenameRequest) ProtoMessage() {}
 
 func (x *RenameRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[7]
+	mi := &file_meta_v1_service_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -474,7 +563,7 @@ func (x *RenameRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameRequest.ProtoReflect.Descriptor instead.
 func (*RenameRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{7}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RenameRequest) GetFrom() string {
@@ -513,7 +602,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[8]
+	mi := &file_meta_v1_service_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +614,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[8]
+	mi := &file_meta_v1_service_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +627,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{8}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{10}
 }
 
 type StatusReply struct {
@@ -554,7 +643,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[9]
+	mi := &file_meta_v1_service_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -566,7 +655,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[9]
+	mi := &file_meta_v1_service_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -579,7 +668,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{9}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StatusReply) GetLeader() string {
@@ -629,7 +718,11 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\vPathRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06client\x18\x02 \x01(\x04R\x06client\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"M\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"(\n" +
+	"\x10BatchStatRequest\x12\x14\n" +
+	"\x05paths\x18\x01 \x03(\tR\x05paths\"?\n" +
+	"\x0eBatchStatReply\x12-\n" +
+	"\x06inodes\x18\x01 \x03(\v2\x15.sluice.meta.v1.InodeR\x06inodes\"M\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +
@@ -660,9 +753,10 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x18\n" +
 	"\amembers\x18\x04 \x03(\tR\amembers\x12\x16\n" +
-	"\x06inodes\x18\x05 \x01(\x04R\x06inodes2\xc9\x05\n" +
+	"\x06inodes\x18\x05 \x01(\x04R\x06inodes2\x98\x06\n" +
 	"\x04Meta\x12:\n" +
-	"\x04Stat\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Inode\x12>\n" +
+	"\x04Stat\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Inode\x12M\n" +
+	"\tBatchStat\x12 .sluice.meta.v1.BatchStatRequest\x1a\x1e.sluice.meta.v1.BatchStatReply\x12>\n" +
 	"\x04List\x12\x1b.sluice.meta.v1.ListRequest\x1a\x19.sluice.meta.v1.ListReply\x12;\n" +
 	"\x05Mkdir\x12\x1b.sluice.meta.v1.MakeRequest\x1a\x15.sluice.meta.v1.Inode\x12<\n" +
 	"\x06Create\x12\x1b.sluice.meta.v1.MakeRequest\x1a\x15.sluice.meta.v1.Inode\x12@\n" +
@@ -686,50 +780,55 @@ func file_meta_v1_service_proto_rawDescGZIP() []byte {
 	return file_meta_v1_service_proto_rawDescData
 }
 
-var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_meta_v1_service_proto_goTypes = []any{
-	(*MemberRequest)(nil),  // 0: sluice.meta.v1.MemberRequest
-	(*Empty)(nil),          // 1: sluice.meta.v1.Empty
-	(*PathRequest)(nil),    // 2: sluice.meta.v1.PathRequest
-	(*ListRequest)(nil),    // 3: sluice.meta.v1.ListRequest
-	(*ListReply)(nil),      // 4: sluice.meta.v1.ListReply
-	(*MakeRequest)(nil),    // 5: sluice.meta.v1.MakeRequest
-	(*SymlinkRequest)(nil), // 6: sluice.meta.v1.SymlinkRequest
-	(*RenameRequest)(nil),  // 7: sluice.meta.v1.RenameRequest
-	(*StatusRequest)(nil),  // 8: sluice.meta.v1.StatusRequest
-	(*StatusReply)(nil),    // 9: sluice.meta.v1.StatusReply
-	(*DirEntry)(nil),       // 10: sluice.meta.v1.DirEntry
-	(*Inode)(nil),          // 11: sluice.meta.v1.Inode
+	(*MemberRequest)(nil),    // 0: sluice.meta.v1.MemberRequest
+	(*Empty)(nil),            // 1: sluice.meta.v1.Empty
+	(*PathRequest)(nil),      // 2: sluice.meta.v1.PathRequest
+	(*BatchStatRequest)(nil), // 3: sluice.meta.v1.BatchStatRequest
+	(*BatchStatReply)(nil),   // 4: sluice.meta.v1.BatchStatReply
+	(*ListRequest)(nil),      // 5: sluice.meta.v1.ListRequest
+	(*ListReply)(nil),        // 6: sluice.meta.v1.ListReply
+	(*MakeRequest)(nil),      // 7: sluice.meta.v1.MakeRequest
+	(*SymlinkRequest)(nil),   // 8: sluice.meta.v1.SymlinkRequest
+	(*RenameRequest)(nil),    // 9: sluice.meta.v1.RenameRequest
+	(*StatusRequest)(nil),    // 10: sluice.meta.v1.StatusRequest
+	(*StatusReply)(nil),      // 11: sluice.meta.v1.StatusReply
+	(*Inode)(nil),            // 12: sluice.meta.v1.Inode
+	(*DirEntry)(nil),         // 13: sluice.meta.v1.DirEntry
 }
 var file_meta_v1_service_proto_depIdxs = []int32{
-	10, // 0: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
-	2,  // 1: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
-	3,  // 2: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
-	5,  // 3: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
-	5,  // 4: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
-	6,  // 5: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
-	2,  // 6: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
-	2,  // 7: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
-	7,  // 8: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
-	8,  // 9: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
-	0,  // 10: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
-	0,  // 11: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
-	11, // 12: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
-	4,  // 13: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
-	11, // 14: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
-	11, // 15: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
-	11, // 16: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
-	1,  // 17: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
-	1,  // 18: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
-	1,  // 19: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
-	9,  // 20: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
-	1,  // 21: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
-	1,  // 22: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
-	12, // [12:23] is the sub-list for method output_type
-	1,  // [1:12] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	12, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
+	13, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
+	2,  // 2: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
+	3,  // 3: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
+	5,  // 4: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
+	7,  // 5: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
+	7,  // 6: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
+	8,  // 7: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
+	2,  // 8: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
+	2,  // 9: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
+	9,  // 10: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
+	10, // 11: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
+	0,  // 12: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
+	0,  // 13: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
+	12, // 14: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
+	4,  // 15: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
+	6,  // 16: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
+	12, // 17: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
+	12, // 18: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
+	12, // 19: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
+	1,  // 20: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
+	1,  // 21: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
+	1,  // 22: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
+	11, // 23: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
+	1,  // 24: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
+	1,  // 25: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
+	14, // [14:26] is the sub-list for method output_type
+	2,  // [2:14] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_service_proto_init() }
@@ -744,7 +843,7 @@ func file_meta_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_service_proto_rawDesc), len(file_meta_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -24,6 +24,7 @@ const _ = grpc.SupportPackageIsVersion9
 
 const (
 	Meta_Stat_FullMethodName         = "/sluice.meta.v1.Meta/Stat"
+	Meta_BatchStat_FullMethodName    = "/sluice.meta.v1.Meta/BatchStat"
 	Meta_List_FullMethodName         = "/sluice.meta.v1.Meta/List"
 	Meta_Mkdir_FullMethodName        = "/sluice.meta.v1.Meta/Mkdir"
 	Meta_Create_FullMethodName       = "/sluice.meta.v1.Meta/Create"
@@ -41,6 +42,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type MetaClient interface {
 	Stat(ctx context.Context, in *PathRequest, opts ...grpc.CallOption) (*Inode, error)
+	BatchStat(ctx context.Context, in *BatchStatRequest, opts ...grpc.CallOption) (*BatchStatReply, error)
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListReply, error)
 	Mkdir(ctx context.Context, in *MakeRequest, opts ...grpc.CallOption) (*Inode, error)
 	Create(ctx context.Context, in *MakeRequest, opts ...grpc.CallOption) (*Inode, error)
@@ -66,6 +68,16 @@ func (c *metaClient) Stat(ctx context.Context, in *PathRequest, opts ...grpc.Cal
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Inode)
 	err := c.cc.Invoke(ctx, Meta_Stat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) BatchStat(ctx context.Context, in *BatchStatRequest, opts ...grpc.CallOption) (*BatchStatReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BatchStatReply)
+	err := c.cc.Invoke(ctx, Meta_BatchStat_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +189,7 @@ func (c *metaClient) RemoveMember(ctx context.Context, in *MemberRequest, opts .
 // for forward compatibility.
 type MetaServer interface {
 	Stat(context.Context, *PathRequest) (*Inode, error)
+	BatchStat(context.Context, *BatchStatRequest) (*BatchStatReply, error)
 	List(context.Context, *ListRequest) (*ListReply, error)
 	Mkdir(context.Context, *MakeRequest) (*Inode, error)
 	Create(context.Context, *MakeRequest) (*Inode, error)
@@ -200,6 +213,9 @@ type UnimplementedMetaServer struct{}
 
 func (UnimplementedMetaServer) Stat(context.Context, *PathRequest) (*Inode, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stat not implemented")
+}
+func (UnimplementedMetaServer) BatchStat(context.Context, *BatchStatRequest) (*BatchStatReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method BatchStat not implemented")
 }
 func (UnimplementedMetaServer) List(context.Context, *ListRequest) (*ListReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
@@ -266,6 +282,24 @@ func _Meta_Stat_Handler(srv interface{}, ctx context.Context, dec func(interface
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(MetaServer).Stat(ctx, req.(*PathRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_BatchStat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(BatchStatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).BatchStat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_BatchStat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).BatchStat(ctx, req.(*BatchStatRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -460,6 +494,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Stat",
 			Handler:    _Meta_Stat_Handler,
+		},
+		{
+			MethodName: "BatchStat",
+			Handler:    _Meta_BatchStat_Handler,
 		},
 		{
 			MethodName: "List",

@@ -299,6 +299,22 @@ func (ns *Namespace) Stat(ino uint64) (*metapb.Inode, error) {
 	return loadInode(dbReader{ns.db}, ino)
 }
 
+// BatchStat returns the inodes of inos, nil for any that do not exist.
+func (ns *Namespace) BatchStat(inos []uint64) ([]*metapb.Inode, error) {
+	out := make([]*metapb.Inode, len(inos))
+	for i, ino := range inos {
+		in, err := ns.Stat(ino)
+		if errors.Is(err, ErrStale) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out[i] = in
+	}
+	return out, nil
+}
+
 // Resolve walks an absolute path (symlinks are not followed).
 func (ns *Namespace) Resolve(path string) (*metapb.Inode, error) {
 	if len(path) > maxPath {

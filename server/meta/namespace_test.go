@@ -66,6 +66,9 @@ func TestMakeAndLookup(t *testing.T) {
 	if root.Nlink != 3 || dd.Nlink != 2 || dd.Parent != RootIno || dd.MtimeNs != 2000 {
 		t.Fatalf("root nlink %d, dir %v", root.Nlink, dd)
 	}
+	if bs := must(ns.BatchStat([]uint64{f.Ino, 424242, d.Ino}))(t); bs[0].GetIno() != f.Ino || bs[1] != nil || bs[2].GetIno() != d.Ino {
+		t.Fatalf("batch stat: %v", bs)
+	}
 	s := must(ns.Symlink(d.Ino, "link", "../elsewhere", at))(t)
 	if got := must(ns.Resolve("/data/link"))(t); got.Type != metapb.InodeType_SYMLINK || got.Target != "../elsewhere" || s.Size != 12 {
 		t.Fatalf("symlink %v", got)

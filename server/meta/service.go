@@ -87,6 +87,30 @@ func (s *Service) Stat(ctx context.Context, req *metapb.PathRequest) (*metapb.In
 	return out, toStatus(err)
 }
 
+func (s *Service) BatchStat(ctx context.Context, req *metapb.BatchStatRequest) (*metapb.BatchStatReply, error) {
+	if len(req.Paths) > 10000 {
+		return nil, status.Error(codes.InvalidArgument, "at most 10000 paths per batch")
+	}
+	reply := &metapb.BatchStatReply{Inodes: make([]*metapb.Inode, len(req.Paths))}
+	err := s.r.Read(ctx, func(ns *Namespace) error {
+		for i, p := range req.Paths {
+			if !strings.HasPrefix(p, "/") {
+				p = "/" + p
+			}
+			in, err := ns.Resolve(path.Clean(p))
+			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotDir) {
+				in, err = &metapb.Inode{}, nil
+			}
+			if err != nil {
+				return err
+			}
+			reply.Inodes[i] = in
+		}
+		return nil
+	})
+	return reply, toStatus(err)
+}
+
 func (s *Service) List(ctx context.Context, req *metapb.ListRequest) (*metapb.ListReply, error) {
 	p := req.Path
 	if !strings.HasPrefix(p, "/") {

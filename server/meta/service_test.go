@@ -127,6 +127,10 @@ func TestGRPCService(t *testing.T) {
 			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
 		}
 	}
+	bs, err := c.BatchStat(ctx, &metapb.BatchStatRequest{Paths: []string{"/data/b", "/nope", "/data"}})
+	if err != nil || len(bs.Inodes) != 3 || bs.Inodes[0].Type != metapb.InodeType_FILE || bs.Inodes[1].Type != 0 || bs.Inodes[2].Type != metapb.InodeType_DIRECTORY {
+		t.Fatalf("batch stat: %v %v", bs, err)
+	}
 	st, err := c.Status(ctx, &metapb.StatusRequest{})
 	if err != nil || st.State != "Leader" || len(st.Members) != 1 || st.Inodes != 3 {
 		t.Fatalf("status: %v %v", st, err)

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 )
 
@@ -32,14 +34,21 @@ type Detector struct {
 	mu     sync.Mutex
 	seen   map[uint32]time.Time
 	leader bool
+
+	lapsed prometheus.Counter
 }
+
+// Metrics are the detector's Prometheus metrics: leases that lapsed
+// (heartbeats missed long enough to take a target offline).
+func (d *Detector) Metrics() []prometheus.Collector { return []prometheus.Collector{d.lapsed} }
 
 // NewDetector makes a detector with the given lease.
 func NewDetector(p Proposer, lease time.Duration, log *slog.Logger) *Detector {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Detector{p: p, lease: lease, log: log, seen: map[uint32]time.Time{}}
+	return &Detector{p: p, lease: lease, log: log, seen: map[uint32]time.Time{},
+		lapsed: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_mgmtd_leases_lapsed_total", Help: "Target leases that lapsed (heartbeats missed), taking the target offline."})}
 }
 
 // Heartbeat records that a node's targets are alive; an offline one is
@@ -117,6 +126,7 @@ func (d *Detector) check(ctx context.Context) {
 				d.log.Warn("cannot take a target offline", "target", t.Id, "err", err)
 				continue
 			}
+			d.lapsed.Inc()
 			d.log.Warn("target lease lapsed; offline", "target", t.Id, "last heartbeat", last)
 		}
 	}

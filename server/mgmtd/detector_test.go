@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/server/meta"
@@ -80,6 +82,9 @@ func TestDetector(t *testing.T) {
 	m := wait("target 2 offline", func(m *mgmtdpb.ClusterMap) bool { return state(m, 2) == mgmtdpb.TargetState_OFFLINE })
 	if c := m.Chains[0]; len(c.Targets) != 2 || c.Version != 2 {
 		t.Fatalf("chain after the lease lapsed: %v", c)
+	}
+	if got := testutil.ToFloat64(d.Metrics()[0]); got != 1 {
+		t.Fatalf("leases lapsed: %v, want 1", got)
 	}
 	if state(m, 1) != mgmtdpb.TargetState_SERVING || state(m, 3) != mgmtdpb.TargetState_SERVING {
 		t.Fatalf("targets that kept beating went offline: %v", m.Targets)
