@@ -3,14 +3,10 @@ package meta
 import (
 	"context"
 	"errors"
-	"net/http"
 	"path"
 	"strings"
 
-	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -247,19 +243,4 @@ func toStatus(err error) error {
 		code = codes.DeadlineExceeded
 	}
 	return status.Error(code, err.Error())
-}
-
-// Gateway returns an HTTP handler serving the REST/JSON API, forwarding to
-// the gRPC server at grpcAddr (normally the same process, on loopback) so
-// that every call goes through the same interceptors; the HTTP
-// Authorization header travels as the call's metadata.
-func Gateway(ctx context.Context, grpcAddr string, opts ...grpc.DialOption) (http.Handler, error) {
-	mux := runtime.NewServeMux()
-	if len(opts) == 0 {
-		opts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
-	}
-	if err := metapb.RegisterMetaHandlerFromEndpoint(ctx, mux, grpcAddr, opts); err != nil {
-		return nil, err
-	}
-	return mux, nil
 }

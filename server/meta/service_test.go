@@ -57,7 +57,7 @@ func apiServerWithMetrics(t *testing.T) (metapb.MetaClient, *httptest.Server, *M
 	}
 	go gs.Serve(ln)
 	t.Cleanup(gs.Stop)
-	gw, err := Gateway(context.Background(), ln.Addr().String())
+	gw, err := rpc.Gateway(context.Background(), ln.Addr().String(), nil, metapb.RegisterMetaHandlerFromEndpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func fmt2(v any) string { b, _ := json.Marshal(v); return string(b) }
 // TestOpenAPICommitted: the OpenAPI description generated from the same
 // rules is in the repository and describes the REST paths.
 func TestOpenAPICommitted(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "proto", "openapi", "sluice.swagger.json"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "proto", "openapi", "meta", "v1", "service.swagger.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -118,5 +121,32 @@ func TestServiceAndWatch(t *testing.T) {
 	rt = wait("target 2 serving", func(r *storage.Routing) bool { return r.Targets[2].State == storage.Serving })
 	if ch := rt.Chains[1]; len(ch.Targets) != 3 || ch.Targets[2] != 2 {
 		t.Fatalf("chain after resync: %+v", ch)
+	}
+
+	// The same service over REST/JSON, with the token and without.
+	gw, err := rpc.Gateway(ctx, ln.Addr().String(), nil, mgmtdpb.RegisterMgmtdHandlerFromEndpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(gw)
+	defer hs.Close()
+	req, _ := http.NewRequest("GET", hs.URL+"/v1/cluster/map", nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `"chains"`) || !strings.Contains(string(body), "127.0.0.1:7402") {
+		t.Fatalf("GET /v1/cluster/map: %d %s", resp.StatusCode, body)
+	}
+	resp, err = http.Get(hs.URL + "/v1/cluster/map")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("GET without the token: %d", resp.StatusCode)
 	}
 }
