@@ -1202,6 +1202,112 @@ func (*SyncWriteReply) Descriptor() ([]byte, []int) {
 	return file_storage_v1_storage_proto_rawDescGZIP(), []int{16}
 }
 
+// RemoveRequest deletes a chunk on every replica of its chain: sent to the
+// head, forwarded along the chain, removed at the tail first.
+type RemoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chain         uint32                 `protobuf:"varint,1,opt,name=chain,proto3" json:"chain,omitempty"`
+	ChainVer      uint64                 `protobuf:"varint,2,opt,name=chain_ver,json=chainVer,proto3" json:"chain_ver,omitempty"`
+	Target        uint32                 `protobuf:"varint,3,opt,name=target,proto3" json:"target,omitempty"`
+	Chunk         *ChunkID               `protobuf:"bytes,4,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveRequest) Reset() {
+	*x = RemoveRequest{}
+	mi := &file_storage_v1_storage_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveRequest) ProtoMessage() {}
+
+func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
+func (*RemoveRequest) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *RemoveRequest) GetChain() uint32 {
+	if x != nil {
+		return x.Chain
+	}
+	return 0
+}
+
+func (x *RemoveRequest) GetChainVer() uint64 {
+	if x != nil {
+		return x.ChainVer
+	}
+	return 0
+}
+
+func (x *RemoveRequest) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *RemoveRequest) GetChunk() *ChunkID {
+	if x != nil {
+		return x.Chunk
+	}
+	return nil
+}
+
+type RemoveReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveReply) Reset() {
+	*x = RemoveReply{}
+	mi := &file_storage_v1_storage_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveReply) ProtoMessage() {}
+
+func (x *RemoveReply) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveReply.ProtoReflect.Descriptor instead.
+func (*RemoveReply) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{18}
+}
+
 var File_storage_v1_storage_proto protoreflect.FileDescriptor
 
 const file_storage_v1_storage_proto_rawDesc = "" +
@@ -1302,7 +1408,13 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\x03crc\x18\a \x01(\rR\x03crc\x12.\n" +
 	"\x03src\x18\b \x01(\v2\x1c.sluice.storage.v1.RemoteBufR\x03src\x12\x16\n" +
 	"\x06remove\x18\t \x01(\bR\x06remove\"\x10\n" +
-	"\x0eSyncWriteReplyB,Z*github.com/sluicefs/sluice/proto/storagepbb\x06proto3"
+	"\x0eSyncWriteReply\"\x8c\x01\n" +
+	"\rRemoveRequest\x12\x14\n" +
+	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x1b\n" +
+	"\tchain_ver\x18\x02 \x01(\x04R\bchainVer\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\rR\x06target\x120\n" +
+	"\x05chunk\x18\x04 \x01(\v2\x1a.sluice.storage.v1.ChunkIDR\x05chunk\"\r\n" +
+	"\vRemoveReplyB,Z*github.com/sluicefs/sluice/proto/storagepbb\x06proto3"
 
 var (
 	file_storage_v1_storage_proto_rawDescOnce sync.Once
@@ -1316,7 +1428,7 @@ func file_storage_v1_storage_proto_rawDescGZIP() []byte {
 	return file_storage_v1_storage_proto_rawDescData
 }
 
-var file_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_storage_v1_storage_proto_goTypes = []any{
 	(*ChunkID)(nil),          // 0: sluice.storage.v1.ChunkID
 	(*RemoteBuf)(nil),        // 1: sluice.storage.v1.RemoteBuf
@@ -1335,6 +1447,8 @@ var file_storage_v1_storage_proto_goTypes = []any{
 	(*SyncListReply)(nil),    // 14: sluice.storage.v1.SyncListReply
 	(*SyncWriteRequest)(nil), // 15: sluice.storage.v1.SyncWriteRequest
 	(*SyncWriteReply)(nil),   // 16: sluice.storage.v1.SyncWriteReply
+	(*RemoveRequest)(nil),    // 17: sluice.storage.v1.RemoveRequest
+	(*RemoveReply)(nil),      // 18: sluice.storage.v1.RemoveReply
 }
 var file_storage_v1_storage_proto_depIdxs = []int32{
 	0,  // 0: sluice.storage.v1.UpdateRequest.chunk:type_name -> sluice.storage.v1.ChunkID
@@ -1351,11 +1465,12 @@ var file_storage_v1_storage_proto_depIdxs = []int32{
 	13, // 11: sluice.storage.v1.SyncListReply.entries:type_name -> sluice.storage.v1.SyncEntry
 	0,  // 12: sluice.storage.v1.SyncWriteRequest.chunk:type_name -> sluice.storage.v1.ChunkID
 	1,  // 13: sluice.storage.v1.SyncWriteRequest.src:type_name -> sluice.storage.v1.RemoteBuf
-	14, // [14:14] is the sub-list for method output_type
-	14, // [14:14] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 14: sluice.storage.v1.RemoveRequest.chunk:type_name -> sluice.storage.v1.ChunkID
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_storage_v1_storage_proto_init() }
@@ -1369,7 +1484,7 @@ func file_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storage_v1_storage_proto_rawDesc), len(file_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   17,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/server/storage"
 )
 
 // ChunkRemover deletes a file's chunks from storage (every replica of every
@@ -78,4 +80,41 @@ func (c *Collector) Collect(ctx context.Context, now time.Time) (int, error) {
 		done++
 	}
 	return done, nil
+}
+
+// StorageRemover removes a file's chunks from storage: chunk i of a file
+// of n bytes (i < n / chunk size, rounded up) lives on ChunkChain of the
+// file's chain table, per the cluster map.
+type StorageRemover struct {
+	Client *storage.Client
+	Map    func() (*mgmtdpb.ClusterMap, error)
+}
+
+// RemoveChunks removes every chunk of f.
+func (s StorageRemover) RemoveChunks(ctx context.Context, f *metapb.Inode) error {
+	l := f.GetLayout()
+	if l.GetChunkSize() == 0 || f.Size == 0 {
+		return nil
+	}
+	m, err := s.Map()
+	if err != nil {
+		return err
+	}
+	var chains []uint32
+	for _, t := range m.Tables {
+		if t.Id == l.ChainTable {
+			chains = t.Chains
+		}
+	}
+	if len(chains) == 0 {
+		return fmt.Errorf("inode %d: no chain table %d", f.Ino, l.ChainTable)
+	}
+	n := (f.Size + uint64(l.ChunkSize) - 1) / uint64(l.ChunkSize)
+	for i := uint64(0); i < n; i++ {
+		chain := ChunkChain(chains, l, f.Ino, i)
+		if err := s.Client.Remove(ctx, storage.ChainID(chain), storage.ChunkID{Inode: f.Ino, Index: uint32(i)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

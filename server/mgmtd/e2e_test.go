@@ -3,6 +3,7 @@ package mgmtd_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -32,7 +33,7 @@ import (
 func TestStorageUnderMgmtd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	r, err := meta.StartReplica(meta.ReplicaConfig{ID: "m", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: &metapb.Layout{ChunkSize: 1 << 20, Stripe: 1}, Fast: true})
+	r, err := meta.StartReplica(meta.ReplicaConfig{ID: "m", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: &metapb.Layout{ChainTable: 1, ChunkSize: 64 << 10, Stripe: 1}, Fast: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,6 +153,35 @@ func TestStorageUnderMgmtd(t *testing.T) {
 				first = got[:k]
 			} else if !bytes.Equal(first, got[:k]) {
 				t.Fatalf("chunk %d differs on target %d", c, i)
+			}
+		}
+	}
+
+	// A file's chunks go when the collector collects the unlinked file.
+	res, err := r.Do(ctx, &metapb.Command{Op: &metapb.Command_Create{Create: &metapb.CreateOp{Parent: meta.RootIno, Name: "data.bin"}}})
+	if err != nil || res.Code != 0 {
+		t.Fatal(err, res)
+	}
+	file := res.Inode
+	m, _ := r.ClusterMap()
+	for i := uint64(0); i < 3; i++ {
+		chain := meta.ChunkChain(m.Tables[0].Chains, file.Layout, file.Ino, i)
+		copy(buf, "chunk")
+		if _, err := cl.WriteRegistered(ctx, storage.ChainID(chain), storage.ChunkID{Inode: file.Ino, Index: uint32(i)}, 0, true, mr, 0, buf[:5]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	size := uint64(2*64<<10 + 100)
+	r.Do(ctx, &metapb.Command{Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: file.Ino, Session: 1, Size: &size}}})
+	r.Do(ctx, &metapb.Command{Op: &metapb.Command_Unlink{Unlink: &metapb.RemoveOp{Parent: meta.RootIno, Name: "data.bin"}}})
+	col := meta.NewCollector(r, meta.StorageRemover{Client: cl, Map: r.ClusterMap}, 0, quiet)
+	if n, err := col.Collect(ctx, time.Now().Add(time.Second)); err != nil || n != 1 {
+		t.Fatalf("collected %d: %v", n, err)
+	}
+	for i, n := range nodes {
+		for c := uint32(0); c < 3; c++ {
+			if _, _, err := n.eng.Read(storage.ChunkID{Inode: file.Ino, Index: c}, 0, make([]byte, 8)); !errors.Is(err, storage.ErrNotFound) {
+				t.Fatalf("target %d still holds chunk %d of the collected file: %v", i, c, err)
 			}
 		}
 	}

@@ -59,6 +59,21 @@ func (c *Client) WriteRegistered(ctx context.Context, chain ChainID, chunk Chunk
 	return resp.CommitVer, nil
 }
 
+// Remove deletes chunk from every replica of its chain (sent to the head).
+// Removing a chunk that does not exist succeeds.
+func (c *Client) Remove(ctx context.Context, chain ChainID, chunk ChunkID) error {
+	err := c.retry(ctx, func(ctx context.Context, r *Routing, ch Chain) error {
+		head := ch.Targets[0]
+		req := &storagepb.RemoveRequest{Chain: uint32(chain), ChainVer: ch.Version, Target: uint32(head), Chunk: chunk.Proto()}
+		var resp storagepb.RemoveReply
+		return c.ep.Call(ctx, r.Targets[head].Node, MethodRemove, req, &resp)
+	}, chain)
+	if err != nil {
+		return fmt.Errorf("remove chunk %v: %w", chunk, err)
+	}
+	return nil
+}
+
 // ReadRegistered reads chunk bytes at chunkOff into buf, which must lie in
 // mr at offset off. It returns how many bytes the chunk had there and the
 // version read. failIfDirty asks for ErrNotCommitted rather than a query of

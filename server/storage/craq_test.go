@@ -471,3 +471,28 @@ func TestResync(t *testing.T) {
 		}
 	}
 }
+
+// TestRemove: a chunk removed through the head is gone from every replica;
+// removing it again, or a chunk never written, succeeds.
+func TestRemove(t *testing.T) {
+	c := newCluster(t, 3)
+	cl := c.client("client")
+	ctx := ctxT(t, 10*time.Second)
+	chunk := ChunkID{Inode: 31}
+	if _, err := cl.write(ctx, chunk, 0, []byte("doomed"), true); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := cl.Remove(ctx, testChain, chunk); err != nil {
+			t.Fatalf("remove %d: %v", i, err)
+		}
+	}
+	for i, e := range c.engines {
+		if _, _, err := e.Read(chunk, 0, make([]byte, 8)); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("target %d still has the chunk: %v", i+1, err)
+		}
+	}
+	if err := cl.Remove(ctx, testChain, ChunkID{Inode: 32}); err != nil {
+		t.Fatalf("remove of a chunk never written: %v", err)
+	}
+}

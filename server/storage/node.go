@@ -17,6 +17,7 @@ const (
 	MethodUpdate = "storage.Update"
 	MethodRead   = "storage.Read"
 	MethodQuery  = "storage.Query"
+	MethodRemove = "storage.Remove"
 )
 
 // NodeConfig configures a storage node. Zero fields take the defaults.
@@ -99,6 +100,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	fabric.Handle(n.ep, MethodUpdate, n.update)
 	fabric.Handle(n.ep, MethodRead, n.read)
 	fabric.Handle(n.ep, MethodQuery, n.query)
+	fabric.Handle(n.ep, MethodRemove, n.remove)
 	fabric.Handle(n.ep, MethodSyncList, n.syncList)
 	fabric.Handle(n.ep, MethodSyncWrite, n.syncWrite)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -273,19 +275,9 @@ func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.Update
 			releaseFull()
 		}
 	}()
-	for {
-		changed := n.routing.Changed()
-		r := n.routing.Routing()
-		c, ok := r.Chains[ChainID(req.Chain)]
-		_, succ, in := c.position(self)
-		if !ok || !in {
-			return fmt.Errorf("target %d left chain %d: %w", self, req.Chain, ErrStaleChainVersion)
-		}
-		if succ == 0 {
-			return nil // the tail: commit first
-		}
+	return n.toSuccessor(ctx, self, ChainID(req.Chain), func(ctx context.Context, c Chain, succ Target) error {
 		send := req
-		if r.Targets[succ].State == Syncing && !req.FullChunk {
+		if succ.State == Syncing && !req.FullChunk {
 			if fullReq == nil {
 				fr, release, err := full()
 				if err != nil {
@@ -295,10 +287,29 @@ func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.Update
 			}
 			send = fullReq
 		}
-		send.ChainVer, send.Target = c.Version, uint32(succ)
-		actx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
+		send.ChainVer, send.Target = c.Version, uint32(succ.ID)
 		var resp storagepb.UpdateReply
-		err := n.ep.Call(actx, r.Targets[succ].Node, MethodUpdate, send, &resp)
+		return n.ep.Call(ctx, succ.Node, MethodUpdate, send, &resp)
+	})
+}
+
+// toSuccessor runs send against self's successor in chain, retrying along
+// new routing when it fails with something new routing may cure, until it
+// succeeds or self is the tail (then there is nothing to send).
+func (n *Node) toSuccessor(ctx context.Context, self TargetID, chain ChainID, send func(context.Context, Chain, Target) error) error {
+	for {
+		changed := n.routing.Changed()
+		r := n.routing.Routing()
+		c, ok := r.Chains[chain]
+		_, succ, in := c.position(self)
+		if !ok || !in {
+			return fmt.Errorf("target %d left chain %d: %w", self, chain, ErrStaleChainVersion)
+		}
+		if succ == 0 {
+			return nil
+		}
+		actx, cancel := context.WithTimeout(ctx, n.cfg.ForwardTimeout)
+		err := send(actx, c, r.Targets[succ])
 		cancel()
 		if err == nil {
 			return nil
@@ -306,7 +317,7 @@ func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.Update
 		if !retryable(err) || ctx.Err() != nil {
 			return fmt.Errorf("forward to target %d: %w", succ, err)
 		}
-		n.log.Debug("forward failed; waiting for routing", "chain", req.Chain, "successor", succ, "err", err)
+		n.log.Debug("forward failed; waiting for routing", "chain", chain, "successor", succ, "err", err)
 		select {
 		case <-changed:
 		case <-time.After(50 * time.Millisecond):
@@ -314,6 +325,27 @@ func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.Update
 			return fmt.Errorf("forward to target %d: %w", succ, ctx.Err())
 		}
 	}
+}
+
+// remove deletes a chunk along the chain: the rest of the chain first, so
+// that the tail (whose copy reads trust) goes first, as with updates.
+func (n *Node) remove(ctx context.Context, peer fabric.NodeID, req *storagepb.RemoveRequest) (*storagepb.RemoveReply, error) {
+	_, e, err := n.route(req.Chain, req.ChainVer, req.Target)
+	if err != nil {
+		return nil, err
+	}
+	id := ChunkFromProto(req.Chunk)
+	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
+	defer unlock()
+	err = n.toSuccessor(ctx, TargetID(req.Target), ChainID(req.Chain), func(ctx context.Context, c Chain, succ Target) error {
+		fwd := &storagepb.RemoveRequest{Chain: req.Chain, ChainVer: c.Version, Target: uint32(succ.ID), Chunk: req.Chunk}
+		var resp storagepb.RemoveReply
+		return n.ep.Call(ctx, succ.Node, MethodRemove, fwd, &resp)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &storagepb.RemoveReply{}, e.Remove(id)
 }
 
 // retryable reports errors that new routing may cure.
