@@ -1,0 +1,330 @@
+package shmring
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// pattern fills b with what entry (file, offset) reads: a test stand-in for
+// storage, so the client can check every byte.
+func pattern(b []byte, file, offset uint64) {
+	for i := 0; i+8 <= len(b); i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], file*1_000_003+offset+uint64(i))
+	}
+}
+
+// serveFill is the test agent's handler.
+func serveFill(iov []byte, es []Entry, cs []Completion) {
+	for i, e := range es {
+		b := iov[e.BufOff : e.BufOff+e.Length]
+		pattern(b, e.File, e.Offset)
+		cs[i] = Completion{UserData: e.UserData, Length: e.Length, CRC: crc32.Checksum(b, castagnoli)}
+	}
+}
+
+const childEnv = "SLUICE_SHMRING_CHILD"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childEnv); spec != "" {
+		// spec: socket path, entries, "slow" (keeps going until killed)
+		parts := strings.Split(spec, ",")
+		n, _ := strconv.Atoi(parts[1])
+		if err := runClient(parts[0], n, len(parts) > 2); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runClient submits n 64-byte entries through the agent at path and checks
+// every completion's bytes and CRC.
+func runClient(path string, n int, forever bool) error {
+	const size, depth = 64, 256
+	c, err := Dial(path, depth*size, depth, false)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fmt.Println("started")
+	es := make([]Entry, 64)
+	cs := make([]Completion, 64)
+	want := make([]byte, size)
+	submitted, completed := 0, 0
+	inflight := map[uint64]Entry{}
+	slot := 0
+	for completed < n || forever {
+		for len(inflight) < depth-len(es) && (submitted < n || forever) {
+			k := 0
+			for ; k < len(es) && (submitted+k < n || forever); k++ {
+				id := uint64(submitted + k)
+				es[k] = Entry{File: id % 7, Offset: id * size, Length: size, BufOff: uint32(slot * size), UserData: id}
+				slot = (slot + 1) % depth
+			}
+			got := c.Submit(es[:k])
+			for _, e := range es[:got] {
+				inflight[e.UserData] = e
+			}
+			submitted += got
+			if got < k {
+				slot = (slot - (k - got) + depth) % depth
+				break
+			}
+		}
+		m := c.Reap(cs, time.Second)
+		for _, done := range cs[:m] {
+			e, ok := inflight[done.UserData]
+			if !ok {
+				return fmt.Errorf("completion for unknown entry %d", done.UserData)
+			}
+			delete(inflight, done.UserData)
+			b := c.Iov.Bytes()[e.BufOff : e.BufOff+e.Length]
+			pattern(want, e.File, e.Offset)
+			if done.Status != 0 || done.CRC != crc32.Checksum(b, castagnoli) || !bytes.Equal(b, want) {
+				return fmt.Errorf("entry %d: status %d, bytes or CRC wrong", done.UserData, done.Status)
+			}
+			completed++
+		}
+	}
+	fmt.Println("ok", completed)
+	return nil
+}
+
+func TestSegmentSealedAndFallback(t *testing.T) {
+	s, err := NewSegment("test", 10000, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if reserved, _ := os.ReadFile("/proc/sys/vm/nr_hugepages"); strings.TrimSpace(string(reserved)) == "0" && s.Huge() {
+		t.Fatal("a huge-page segment with no huge pages reserved")
+	}
+	if len(s.Bytes())%unix.Getpagesize() != 0 || len(s.Bytes()) < 10000 {
+		t.Fatalf("segment of %d bytes", len(s.Bytes()))
+	}
+	if err := unix.Ftruncate(s.Fd(), int64(len(s.Bytes())*2)); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("growing a sealed segment: %v", err)
+	}
+	if err := unix.Ftruncate(s.Fd(), 1); !errors.Is(err, unix.EPERM) {
+		t.Fatalf("shrinking a sealed segment: %v", err)
+	}
+	fd, _ := unix.MemfdCreate("unsealed", unix.MFD_CLOEXEC)
+	unix.Ftruncate(fd, 4096)
+	if _, err := OpenSegment(fd); err == nil {
+		t.Fatal("an unsealed segment was accepted")
+	}
+	unix.Close(fd)
+}
+
+// TestHugePages reserves huge pages (as root) and checks a segment lands on
+// them, then gives them back.
+func TestHugePages(t *testing.T) {
+	const knob = "/proc/sys/vm/nr_hugepages"
+	old, err := os.ReadFile(knob)
+	if err != nil {
+		t.Skipf("no huge page knob: %v", err)
+	}
+	if err := os.WriteFile(knob, []byte("8"), 0o644); err != nil {
+		t.Skipf("cannot reserve huge pages (%v): run as root to test them", err)
+	}
+	defer os.WriteFile(knob, old, 0o644)
+	if got, _ := os.ReadFile(knob); strings.TrimSpace(string(got)) == "0" {
+		t.Skip("the kernel reserved no huge pages")
+	}
+	s, err := NewSegment("huge", 3<<20, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.Huge() || len(s.Bytes()) != 4<<20 {
+		t.Fatalf("huge=%v, %d bytes", s.Huge(), len(s.Bytes()))
+	}
+	o, err := OpenSegment(s.Fd())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Huge() {
+		t.Fatal("the receiving side does not see huge pages")
+	}
+	o.Bytes()[5] = 42
+	if s.Bytes()[5] != 42 {
+		t.Fatal("the two mappings do not share memory")
+	}
+	unix.Munmap(o.mem) // o shares s's descriptor
+}
+
+func TestRingSPSC(t *testing.T) {
+	s, err := NewSegment("ring", RingSize(128), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := InitRing(s.Bytes(), 128)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AttachRing(make([]byte, 100)); err == nil {
+		t.Fatal("garbage attached as a ring")
+	}
+	const n = 1_000_000
+	done := make(chan error, 1)
+	go func() { // the agent: take, complete
+		es := make([]Entry, 32)
+		cs := make([]Completion, 32)
+		for got := 0; got < n; {
+			k := r.Take(es)
+			for i := 0; i < k; i++ {
+				if es[i].UserData != uint64(got+i) || es[i].Offset != uint64(got+i)*3 {
+					done <- fmt.Errorf("entry %d out of order: %+v", got+i, es[i])
+					return
+				}
+				cs[i] = Completion{UserData: es[i].UserData, Length: uint32(i)}
+			}
+			for c := 0; c < k; {
+				c += r.Complete(cs[c:k])
+			}
+			got += k
+		}
+		done <- nil
+	}()
+	es := make([]Entry, 16)
+	cs := make([]Completion, 64)
+	sent, reaped := 0, 0
+	for reaped < n {
+		k := 0
+		for ; k < len(es) && sent+k < n; k++ {
+			es[k] = Entry{UserData: uint64(sent + k), Offset: uint64(sent+k) * 3}
+		}
+		sent += r.Submit(es[:k])
+		m := r.Reap(cs)
+		for _, c := range cs[:m] {
+			if c.UserData != uint64(reaped) {
+				t.Fatalf("completion %d out of order: %d", reaped, c.UserData)
+			}
+			reaped++
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func startClient(t *testing.T, path string, n int, forever bool) (*exec.Cmd, *bufio.Scanner) {
+	spec := fmt.Sprintf("%s,%d", path, n)
+	if forever {
+		spec += ",forever"
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+spec)
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || sc.Text() != "started" {
+		t.Fatalf("client did not start: %q", sc.Text())
+	}
+	return cmd, sc
+}
+
+// TestTwoProcesses: a client process moves 1M entries through an agent in
+// this process; every completion's bytes and CRC check out.
+func TestTwoProcesses(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	srv, err := Listen(ServerConfig{Path: path, Handler: serveFill})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	cmd, sc := startClient(t, path, 1_000_000, false)
+	if !sc.Scan() || sc.Text() != "ok 1000000" {
+		t.Fatalf("client said %q", sc.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); srv.Clients() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a closed client was never reclaimed")
+		}
+	}
+}
+
+// TestClientDeath: a client killed mid-batch is reclaimed, and the agent
+// keeps serving another client to the end.
+func TestClientDeath(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	srv, err := Listen(ServerConfig{Path: path, Handler: serveFill, Lease: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	doomed, _ := startClient(t, path, 0, true)
+	survivor, sc := startClient(t, path, 200_000, false)
+	time.Sleep(100 * time.Millisecond)
+	if srv.Clients() != 2 {
+		t.Fatalf("%d clients, want 2", srv.Clients())
+	}
+	doomed.Process.Kill()
+	doomed.Wait()
+	for deadline := time.Now().Add(5 * time.Second); srv.Clients() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("dead client not reclaimed: %d clients", srv.Clients())
+		}
+	}
+	if !sc.Scan() || sc.Text() != "ok 200000" {
+		t.Fatalf("surviving client said %q", sc.Text())
+	}
+	if err := survivor.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBadEntries: entries whose range leaves the Iov complete with EINVAL
+// and touch nothing.
+func TestBadEntries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	touched := false
+	srv, err := Listen(ServerConfig{Path: path, Handler: func(iov []byte, es []Entry, cs []Completion) {
+		if len(es) > 0 {
+			touched = true
+		}
+		serveFill(iov, es, cs)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := Dial(path, 4096, 16, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.Submit([]Entry{{BufOff: 4000, Length: 200, UserData: 9}})
+	cs := make([]Completion, 4)
+	var n int
+	for deadline := time.Now().Add(5 * time.Second); n == 0 && time.Now().Before(deadline); {
+		n = c.Reap(cs, 100*time.Millisecond)
+	}
+	if n != 1 || cs[0].UserData != 9 || cs[0].Status != -int32(unix.EINVAL) || touched {
+		t.Fatalf("out-of-bounds entry: %d completions %+v, handler ran %v", n, cs[0], touched)
+	}
+}
