@@ -1,7 +1,11 @@
-// Package sdk is the Go client of a Sluice cluster: routing, the meta and
-// storage clients, the File API, batched I/O over fabric, the local agent
-// that serves shmring clients, and the FUSE adapter's semantics.
+// Package sdk is the Go client of a Sluice cluster: it connects to the
+// control plane (gRPC, with the cluster token), follows the routing mgmtd
+// publishes, and moves file data to and from storage over fabric. Files
+// satisfy io.ReaderAt, io.WriterAt and io.Closer; their chunks are placed on
+// chains by the file's layout (meta.ChunkChain).
 //
-// Not built yet: see the SDK issue. It may import server APIs, fabric and
-// shmring, never dataset.
+// Not built yet (see the SDK issue): batched I/O across many files, the
+// local agent serving shmring clients, the FUSE adapter's semantics.
+//
+// It may import server APIs, fabric and shmring, never dataset.
 package sdk

@@ -706,6 +706,210 @@ func (x *StatusReply) GetInodes() uint64 {
 	return 0
 }
 
+type OpenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Write         bool                   `protobuf:"varint,2,opt,name=write,proto3" json:"write,omitempty"`
+	Client        uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
+	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenRequest) Reset() {
+	*x = OpenRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenRequest) ProtoMessage() {}
+
+func (x *OpenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenRequest.ProtoReflect.Descriptor instead.
+func (*OpenRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *OpenRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *OpenRequest) GetWrite() bool {
+	if x != nil {
+		return x.Write
+	}
+	return false
+}
+
+func (x *OpenRequest) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *OpenRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type OpenReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Inode         *Inode                 `protobuf:"bytes,1,opt,name=inode,proto3" json:"inode,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`      // 0 when not opened for writing
+	Chains        []uint32               `protobuf:"varint,3,rep,packed,name=chains,proto3" json:"chains,omitempty"` // the file's chain table, in order
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenReply) Reset() {
+	*x = OpenReply{}
+	mi := &file_meta_v1_service_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenReply) ProtoMessage() {}
+
+func (x *OpenReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenReply.ProtoReflect.Descriptor instead.
+func (*OpenReply) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *OpenReply) GetInode() *Inode {
+	if x != nil {
+		return x.Inode
+	}
+	return nil
+}
+
+func (x *OpenReply) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *OpenReply) GetChains() []uint32 {
+	if x != nil {
+		return x.Chains
+	}
+	return nil
+}
+
+type CloseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Size          *uint64                `protobuf:"varint,3,opt,name=size,proto3,oneof" json:"size,omitempty"`
+	Client        uint64                 `protobuf:"varint,4,opt,name=client,proto3" json:"client,omitempty"`
+	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseRequest) Reset() {
+	*x = CloseRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseRequest) ProtoMessage() {}
+
+func (x *CloseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseRequest.ProtoReflect.Descriptor instead.
+func (*CloseRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *CloseRequest) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *CloseRequest) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
+func (x *CloseRequest) GetSize() uint64 {
+	if x != nil && x.Size != nil {
+		return *x.Size
+	}
+	return 0
+}
+
+func (x *CloseRequest) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *CloseRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 var File_meta_v1_service_proto protoreflect.FileDescriptor
 
 const file_meta_v1_service_proto_rawDesc = "" +
@@ -753,7 +957,23 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x18\n" +
 	"\amembers\x18\x04 \x03(\tR\amembers\x12\x16\n" +
-	"\x06inodes\x18\x05 \x01(\x04R\x06inodes2\x98\x06\n" +
+	"\x06inodes\x18\x05 \x01(\x04R\x06inodes\"a\n" +
+	"\vOpenRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
+	"\x05write\x18\x02 \x01(\bR\x05write\x12\x16\n" +
+	"\x06client\x18\x03 \x01(\x04R\x06client\x12\x10\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\"j\n" +
+	"\tOpenReply\x12+\n" +
+	"\x05inode\x18\x01 \x01(\v2\x15.sluice.meta.v1.InodeR\x05inode\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12\x16\n" +
+	"\x06chains\x18\x03 \x03(\rR\x06chains\"\x86\x01\n" +
+	"\fCloseRequest\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\x12\x17\n" +
+	"\x04size\x18\x03 \x01(\x04H\x00R\x04size\x88\x01\x01\x12\x16\n" +
+	"\x06client\x18\x04 \x01(\x04R\x06client\x12\x10\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seqB\a\n" +
+	"\x05_size2\x96\a\n" +
 	"\x04Meta\x12:\n" +
 	"\x04Stat\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Inode\x12M\n" +
 	"\tBatchStat\x12 .sluice.meta.v1.BatchStatRequest\x1a\x1e.sluice.meta.v1.BatchStatReply\x12>\n" +
@@ -764,7 +984,9 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x06Unlink\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Empty\x12;\n" +
 	"\x05Rmdir\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Empty\x12>\n" +
 	"\x06Rename\x12\x1d.sluice.meta.v1.RenameRequest\x1a\x15.sluice.meta.v1.Empty\x12D\n" +
-	"\x06Status\x12\x1d.sluice.meta.v1.StatusRequest\x1a\x1b.sluice.meta.v1.StatusReply\x12A\n" +
+	"\x06Status\x12\x1d.sluice.meta.v1.StatusRequest\x1a\x1b.sluice.meta.v1.StatusReply\x12>\n" +
+	"\x04Open\x12\x1b.sluice.meta.v1.OpenRequest\x1a\x19.sluice.meta.v1.OpenReply\x12<\n" +
+	"\x05Close\x12\x1c.sluice.meta.v1.CloseRequest\x1a\x15.sluice.meta.v1.Empty\x12A\n" +
 	"\tAddMember\x12\x1d.sluice.meta.v1.MemberRequest\x1a\x15.sluice.meta.v1.Empty\x12D\n" +
 	"\fRemoveMember\x12\x1d.sluice.meta.v1.MemberRequest\x1a\x15.sluice.meta.v1.EmptyB)Z'github.com/sluicefs/sluice/proto/metapbb\x06proto3"
 
@@ -780,7 +1002,7 @@ func file_meta_v1_service_proto_rawDescGZIP() []byte {
 	return file_meta_v1_service_proto_rawDescData
 }
 
-var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_meta_v1_service_proto_goTypes = []any{
 	(*MemberRequest)(nil),    // 0: sluice.meta.v1.MemberRequest
 	(*Empty)(nil),            // 1: sluice.meta.v1.Empty
@@ -794,41 +1016,49 @@ var file_meta_v1_service_proto_goTypes = []any{
 	(*RenameRequest)(nil),    // 9: sluice.meta.v1.RenameRequest
 	(*StatusRequest)(nil),    // 10: sluice.meta.v1.StatusRequest
 	(*StatusReply)(nil),      // 11: sluice.meta.v1.StatusReply
-	(*Inode)(nil),            // 12: sluice.meta.v1.Inode
-	(*DirEntry)(nil),         // 13: sluice.meta.v1.DirEntry
+	(*OpenRequest)(nil),      // 12: sluice.meta.v1.OpenRequest
+	(*OpenReply)(nil),        // 13: sluice.meta.v1.OpenReply
+	(*CloseRequest)(nil),     // 14: sluice.meta.v1.CloseRequest
+	(*Inode)(nil),            // 15: sluice.meta.v1.Inode
+	(*DirEntry)(nil),         // 16: sluice.meta.v1.DirEntry
 }
 var file_meta_v1_service_proto_depIdxs = []int32{
-	12, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
-	13, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
-	2,  // 2: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
-	3,  // 3: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
-	5,  // 4: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
-	7,  // 5: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
-	7,  // 6: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
-	8,  // 7: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
-	2,  // 8: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
-	2,  // 9: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
-	9,  // 10: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
-	10, // 11: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
-	0,  // 12: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
-	0,  // 13: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
-	12, // 14: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
-	4,  // 15: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
-	6,  // 16: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
-	12, // 17: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
-	12, // 18: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
-	12, // 19: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
-	1,  // 20: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
-	1,  // 21: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
-	1,  // 22: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
-	11, // 23: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
-	1,  // 24: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
-	1,  // 25: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
-	14, // [14:26] is the sub-list for method output_type
-	2,  // [2:14] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	15, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
+	16, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
+	15, // 2: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
+	2,  // 3: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
+	3,  // 4: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
+	5,  // 5: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
+	7,  // 6: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
+	7,  // 7: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
+	8,  // 8: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
+	2,  // 9: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
+	2,  // 10: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
+	9,  // 11: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
+	10, // 12: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
+	12, // 13: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
+	14, // 14: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
+	0,  // 15: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
+	0,  // 16: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
+	15, // 17: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
+	4,  // 18: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
+	6,  // 19: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
+	15, // 20: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
+	15, // 21: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
+	15, // 22: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
+	1,  // 23: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
+	1,  // 24: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
+	1,  // 25: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
+	11, // 26: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
+	13, // 27: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
+	1,  // 28: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
+	1,  // 29: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
+	1,  // 30: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
+	17, // [17:31] is the sub-list for method output_type
+	3,  // [3:17] is the sub-list for method input_type
+	3,  // [3:3] is the sub-list for extension type_name
+	3,  // [3:3] is the sub-list for extension extendee
+	0,  // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_service_proto_init() }
@@ -837,13 +1067,14 @@ func file_meta_v1_service_proto_init() {
 		return
 	}
 	file_meta_v1_meta_proto_init()
+	file_meta_v1_service_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_service_proto_rawDesc), len(file_meta_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

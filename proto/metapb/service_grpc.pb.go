@@ -33,6 +33,8 @@ const (
 	Meta_Rmdir_FullMethodName        = "/sluice.meta.v1.Meta/Rmdir"
 	Meta_Rename_FullMethodName       = "/sluice.meta.v1.Meta/Rename"
 	Meta_Status_FullMethodName       = "/sluice.meta.v1.Meta/Status"
+	Meta_Open_FullMethodName         = "/sluice.meta.v1.Meta/Open"
+	Meta_Close_FullMethodName        = "/sluice.meta.v1.Meta/Close"
 	Meta_AddMember_FullMethodName    = "/sluice.meta.v1.Meta/AddMember"
 	Meta_RemoveMember_FullMethodName = "/sluice.meta.v1.Meta/RemoveMember"
 )
@@ -51,6 +53,10 @@ type MetaClient interface {
 	Rmdir(ctx context.Context, in *PathRequest, opts ...grpc.CallOption) (*Empty, error)
 	Rename(ctx context.Context, in *RenameRequest, opts ...grpc.CallOption) (*Empty, error)
 	Status(ctx context.Context, in *StatusRequest, opts ...grpc.CallOption) (*StatusReply, error)
+	// Open looks a file up; for writing it also opens a write session, which
+	// keeps the file from the collector until Close, and Close sets its length.
+	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenReply, error)
+	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*Empty, error)
 	// Membership of the Raft group (admin).
 	AddMember(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*Empty, error)
 	RemoveMember(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*Empty, error)
@@ -164,6 +170,26 @@ func (c *metaClient) Status(ctx context.Context, in *StatusRequest, opts ...grpc
 	return out, nil
 }
 
+func (c *metaClient) Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(OpenReply)
+	err := c.cc.Invoke(ctx, Meta_Open_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Meta_Close_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *metaClient) AddMember(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*Empty, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Empty)
@@ -198,6 +224,10 @@ type MetaServer interface {
 	Rmdir(context.Context, *PathRequest) (*Empty, error)
 	Rename(context.Context, *RenameRequest) (*Empty, error)
 	Status(context.Context, *StatusRequest) (*StatusReply, error)
+	// Open looks a file up; for writing it also opens a write session, which
+	// keeps the file from the collector until Close, and Close sets its length.
+	Open(context.Context, *OpenRequest) (*OpenReply, error)
+	Close(context.Context, *CloseRequest) (*Empty, error)
 	// Membership of the Raft group (admin).
 	AddMember(context.Context, *MemberRequest) (*Empty, error)
 	RemoveMember(context.Context, *MemberRequest) (*Empty, error)
@@ -240,6 +270,12 @@ func (UnimplementedMetaServer) Rename(context.Context, *RenameRequest) (*Empty, 
 }
 func (UnimplementedMetaServer) Status(context.Context, *StatusRequest) (*StatusReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Status not implemented")
+}
+func (UnimplementedMetaServer) Open(context.Context, *OpenRequest) (*OpenReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Open not implemented")
+}
+func (UnimplementedMetaServer) Close(context.Context, *CloseRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
 }
 func (UnimplementedMetaServer) AddMember(context.Context, *MemberRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddMember not implemented")
@@ -448,6 +484,42 @@ func _Meta_Status_Handler(srv interface{}, ctx context.Context, dec func(interfa
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_Open_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(OpenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Open(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Open_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Open(ctx, req.(*OpenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_Close_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CloseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Close(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Close_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Close(ctx, req.(*CloseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meta_AddMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(MemberRequest)
 	if err := dec(in); err != nil {
@@ -530,6 +602,14 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Status",
 			Handler:    _Meta_Status_Handler,
+		},
+		{
+			MethodName: "Open",
+			Handler:    _Meta_Open_Handler,
+		},
+		{
+			MethodName: "Close",
+			Handler:    _Meta_Close_Handler,
 		},
 		{
 			MethodName: "AddMember",

@@ -23,7 +23,10 @@ import (
 //
 // Each client's last command and result are kept in the state ("q" +
 // client), so a retried command (same client and sequence number) returns
-// the first result instead of applying twice, on every replica alike.
+// the first result instead of applying twice, on every replica alike. A
+// client retries only its last command; commands of one client that race
+// each other (several goroutines) each carry their own number and are all
+// applied.
 type FSM struct {
 	db      *pebble.DB
 	ns      *Namespace
@@ -78,11 +81,8 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 	if cmd.Client != 0 {
 		if v, err := get(dbReader{f.db}, sessionKey(cmd.Client)); err == nil && v != nil {
 			prev := &metapb.Result{}
-			if proto.Unmarshal(v, prev) == nil && prev.Seq >= cmd.Seq {
-				if prev.Seq == cmd.Seq {
-					return prev // a retry: the first answer
-				}
-				return errResult(fmt.Errorf("%w: sequence %d after %d", fabric.ErrBadRequest, cmd.Seq, prev.Seq))
+			if proto.Unmarshal(v, prev) == nil && prev.Seq == cmd.Seq {
+				return prev // a retry of the client's last command: the first answer
 			}
 		}
 	}

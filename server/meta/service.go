@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path"
 	"strings"
 
@@ -202,6 +203,52 @@ func (s *Service) Status(ctx context.Context, req *metapb.StatusRequest) (*metap
 	n, err := s.r.Namespace().Statfs()
 	reply.Inodes = n
 	return reply, toStatus(err)
+}
+
+// Open looks the file up (with its chain table, so the client can place
+// chunks) and, for writing, opens a write session named by the request's
+// sequence number.
+func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.OpenReply, error) {
+	reply := &metapb.OpenReply{}
+	p := req.Path
+	if !strings.HasPrefix(p, "/") {
+		p = "/" + p
+	}
+	err := s.r.Read(ctx, func(ns *Namespace) error {
+		in, err := ns.Resolve(path.Clean(p))
+		reply.Inode = in
+		return err
+	})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if reply.Inode.Type != metapb.InodeType_FILE {
+		return nil, toStatus(fmt.Errorf("open %s: %w", req.Path, ErrIsDir))
+	}
+	m, err := s.r.ClusterMap()
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	for _, t := range m.Tables {
+		if t.Id == reply.Inode.Layout.GetChainTable() {
+			reply.Chains = t.Chains
+		}
+	}
+	if req.Write {
+		reply.Session = req.Seq
+		if _, err := s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
+			Op: &metapb.Command_OpenSession{OpenSession: &metapb.SessionOp{Ino: reply.Inode.Ino, Session: req.Seq, Client: req.Client}}}); err != nil {
+			return nil, err
+		}
+	}
+	return reply, nil
+}
+
+// Close ends a write session, setting the file's length if given.
+func (s *Service) Close(ctx context.Context, req *metapb.CloseRequest) (*metapb.Empty, error) {
+	_, err := s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
+		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Session: req.Session, Size: req.Size}}})
+	return &metapb.Empty{}, err
 }
 
 func (s *Service) AddMember(ctx context.Context, req *metapb.MemberRequest) (*metapb.Empty, error) {

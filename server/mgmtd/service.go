@@ -106,6 +106,7 @@ type WatchedRouting struct {
 	mu      sync.Mutex
 	r       *storage.Routing
 	changed chan struct{}
+	err     error // a refusal that retrying cannot cure (wrong token)
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -123,6 +124,10 @@ func WatchRouting(ctx context.Context, client mgmtdpb.MgmtdClient, log *slog.Log
 	for {
 		if w.Routing() != nil {
 			return w, nil
+		}
+		if err := w.failure(); err != nil {
+			w.Close()
+			return nil, fmt.Errorf("watch cluster map: %w", err)
 		}
 		select {
 		case <-w.Changed():
@@ -143,6 +148,14 @@ func (w *WatchedRouting) run(ctx context.Context) {
 				w.set(Routing(m))
 			}
 		}
+		if c := status.Code(err); c == codes.Unauthenticated || c == codes.PermissionDenied {
+			w.mu.Lock()
+			w.err = err
+			close(w.changed)
+			w.changed = make(chan struct{})
+			w.mu.Unlock()
+			return
+		}
 		if ctx.Err() == nil {
 			w.log.Debug("cluster map watch broke; reconnecting", "err", err)
 			select {
@@ -162,6 +175,12 @@ func (w *WatchedRouting) set(r *storage.Routing) {
 	w.r = r
 	close(w.changed)
 	w.changed = make(chan struct{})
+}
+
+func (w *WatchedRouting) failure() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
 }
 
 // Routing returns the newest routing seen (nil before the first).

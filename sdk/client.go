@@ -1,0 +1,289 @@
+package sdk
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fabric/tcp"
+	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/server/cluster"
+	"github.com/sluicefs/sluice/server/mgmtd"
+	"github.com/sluicefs/sluice/server/rpc"
+	"github.com/sluicefs/sluice/server/storage"
+)
+
+// Config says which cluster to use. Empty fields come from the environment:
+// SLUICE_CLUSTER and SLUICE_TOKEN.
+type Config struct {
+	Cluster string // the control plane's gRPC address
+	Token   string
+	Logger  *slog.Logger
+}
+
+// Errors callers branch on (they wrap the cluster's own).
+var (
+	ErrNotExist = errors.New("sluice: no such file or directory")
+	ErrExist    = errors.New("sluice: file exists")
+)
+
+// Client is a connection to a cluster. Safe for concurrent use.
+type Client struct {
+	conn    *grpc.ClientConn
+	meta    metapb.MetaClient
+	ctx     context.Context // carries the token
+	cancel  context.CancelFunc
+	routing *mgmtd.WatchedRouting
+	ep      fabric.Endpoint
+	store   *storage.Client
+	id      uint64
+	seq     atomic.Uint64
+
+	// buffers are registered staging buffers, one chunk each: file data
+	// passes through them on its way to and from storage.
+	buffers chan *buffer
+}
+
+type buffer struct {
+	b  []byte
+	mr fabric.MR
+}
+
+// Connect connects to a cluster.
+func Connect(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.Cluster == "" {
+		cfg.Cluster = os.Getenv("SLUICE_CLUSTER")
+	}
+	if cfg.Token == "" {
+		cfg.Token = os.Getenv("SLUICE_TOKEN")
+	}
+	if cfg.Cluster == "" || cfg.Token == "" {
+		return nil, errors.New("sluice: no cluster or token (set SLUICE_CLUSTER and SLUICE_TOKEN)")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	c := &Client{buffers: make(chan *buffer, 4)}
+	var b [8]byte
+	rand.Read(b[:])
+	c.id = binary.LittleEndian.Uint64(b[:]) | 1
+	c.ctx, c.cancel = context.WithCancel(rpc.WithToken(context.Background(), cfg.Token))
+	var err error
+	fail := func(err error) (*Client, error) {
+		c.Close()
+		return nil, err
+	}
+	if c.conn, err = grpc.NewClient(cfg.Cluster, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		return fail(err)
+	}
+	c.meta = metapb.NewMetaClient(c.conn)
+	wctx, wcancel := context.WithCancel(c.ctx)
+	defer wcancel()
+	stop := context.AfterFunc(ctx, wcancel)
+	c.routing, err = mgmtd.WatchRouting(wctx, mgmtdpb.NewMgmtdClient(c.conn), cfg.Logger)
+	stop()
+	if err != nil {
+		return fail(fmt.Errorf("sluice: connect to %s: %w", cfg.Cluster, err))
+	}
+	tr, err := tcp.New(tcp.Config{Secret: cluster.FabricSecret(cfg.Token), Logger: cfg.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	if c.ep, err = tr.Dialer("sdk"); err != nil {
+		return fail(err)
+	}
+	c.store = storage.NewClient(c.ep, c.routing)
+	for i := 0; i < cap(c.buffers); i++ {
+		buf := make([]byte, 4<<20)
+		mr, err := c.ep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
+		if err != nil {
+			return fail(err)
+		}
+		c.buffers <- &buffer{b: buf, mr: mr}
+	}
+	return c, nil
+}
+
+// Close releases the connection.
+func (c *Client) Close() error {
+	if c.cancel != nil {
+		c.cancel()
+	}
+	if c.ep != nil {
+		c.ep.Close()
+	}
+	if c.routing != nil {
+		c.routing.Close()
+	}
+	if c.conn != nil {
+		c.conn.Close()
+	}
+	return nil
+}
+
+func (c *Client) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	merged, cancel := context.WithCancel(c.ctx)
+	stop := context.AfterFunc(ctx, cancel)
+	return merged, func() { stop(); cancel() }
+}
+
+func (c *Client) next() uint64 { return c.seq.Add(1) }
+
+// fsErr turns a control-plane status into an error callers can test.
+func fsErr(op, p string, err error) error {
+	if err == nil {
+		return nil
+	}
+	switch status.Code(err) {
+	case codes.NotFound:
+		return fmt.Errorf("%s %s: %w (%v)", op, p, ErrNotExist, status.Convert(err).Message())
+	case codes.AlreadyExists:
+		return fmt.Errorf("%s %s: %w", op, p, ErrExist)
+	}
+	return fmt.Errorf("%s %s: %w", op, p, err)
+}
+
+// Mkdir makes a directory.
+func (c *Client) Mkdir(ctx context.Context, p string, mode uint32) error {
+	cctx, done := c.call(ctx)
+	defer done()
+	_, err := c.meta.Mkdir(cctx, &metapb.MakeRequest{Path: p, Mode: mode, Client: c.id, Seq: c.next()})
+	return fsErr("mkdir", p, err)
+}
+
+// Stat returns a path's inode.
+func (c *Client) Stat(ctx context.Context, p string) (*metapb.Inode, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	in, err := c.meta.Stat(cctx, &metapb.PathRequest{Path: p})
+	return in, fsErr("stat", p, err)
+}
+
+// ReadDir lists a directory.
+func (c *Client) ReadDir(ctx context.Context, p string) ([]*metapb.DirEntry, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	var out []*metapb.DirEntry
+	after := ""
+	for {
+		r, err := c.meta.List(cctx, &metapb.ListRequest{Path: p, After: after, Limit: 1000})
+		if err != nil {
+			return nil, fsErr("readdir", p, err)
+		}
+		out = append(out, r.Entries...)
+		if !r.More || len(r.Entries) == 0 {
+			return out, nil
+		}
+		after = r.Entries[len(r.Entries)-1].Name
+	}
+}
+
+// Remove removes a file or an empty directory.
+func (c *Client) Remove(ctx context.Context, p string) error {
+	in, err := c.Stat(ctx, p)
+	if err != nil {
+		return err
+	}
+	cctx, done := c.call(ctx)
+	defer done()
+	req := &metapb.PathRequest{Path: p, Client: c.id, Seq: c.next()}
+	if in.Type == metapb.InodeType_DIRECTORY {
+		_, err = c.meta.Rmdir(cctx, req)
+	} else {
+		_, err = c.meta.Unlink(cctx, req)
+	}
+	return fsErr("remove", p, err)
+}
+
+// Rename moves from to to, atomically.
+func (c *Client) Rename(ctx context.Context, from, to string) error {
+	cctx, done := c.call(ctx)
+	defer done()
+	_, err := c.meta.Rename(cctx, &metapb.RenameRequest{From: from, To: to, Client: c.id, Seq: c.next()})
+	return fsErr("rename", from, err)
+}
+
+// Symlink makes p a symbolic link to target.
+func (c *Client) Symlink(ctx context.Context, target, p string) error {
+	cctx, done := c.call(ctx)
+	defer done()
+	_, err := c.meta.Symlink(cctx, &metapb.SymlinkRequest{Path: p, Target: target, Client: c.id, Seq: c.next()})
+	return fsErr("symlink", p, err)
+}
+
+// Create makes an empty file and opens it for writing.
+func (c *Client) Create(ctx context.Context, p string) (*File, error) {
+	cctx, done := c.call(ctx)
+	_, err := c.meta.Create(cctx, &metapb.MakeRequest{Path: p, Mode: 0o644, Client: c.id, Seq: c.next()})
+	done()
+	if err != nil {
+		return nil, fsErr("create", p, err)
+	}
+	return c.OpenFile(ctx, p, true)
+}
+
+// Open opens a file for reading.
+func (c *Client) Open(ctx context.Context, p string) (*File, error) { return c.OpenFile(ctx, p, false) }
+
+// OpenFile opens a file, for writing too when write is set.
+func (c *Client) OpenFile(ctx context.Context, p string, write bool) (*File, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	r, err := c.meta.Open(cctx, &metapb.OpenRequest{Path: p, Write: write, Client: c.id, Seq: c.next()})
+	if err != nil {
+		return nil, fsErr("open", p, err)
+	}
+	return &File{c: c, name: path.Clean("/" + strings.TrimPrefix(p, "/")), in: r.Inode, chains: r.Chains, session: r.Session, size: r.Inode.Size}, nil
+}
+
+// File is an open file.
+type File struct {
+	c       *Client
+	name    string
+	in      *metapb.Inode
+	chains  []uint32
+	session uint64
+
+	mu     sync.Mutex
+	size   uint64
+	closed bool
+}
+
+var (
+	_ io.ReaderAt = (*File)(nil)
+	_ io.WriterAt = (*File)(nil)
+	_ io.Closer   = (*File)(nil)
+)
+
+// Name is the path the file was opened by.
+func (f *File) Name() string { return f.name }
+
+// Size is the file's length as this handle knows it.
+func (f *File) Size() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return int64(f.size)
+}
+
+func (c *Client) closeSession(f *File, size uint64) error {
+	cctx, done := c.call(context.Background())
+	defer done()
+	_, err := c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Size: &size, Client: c.id, Seq: c.next()})
+	return fsErr("close", f.name, err)
+}

@@ -1,0 +1,133 @@
+package sdk
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/server/cluster"
+)
+
+func startCluster(t *testing.T, dir string) *cluster.Cluster {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Dir: dir, Targets: 3, ChunkSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func connect(t *testing.T, c *cluster.Cluster) *Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl, err := Connect(ctx, Config{Cluster: c.Addr, Token: c.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cl
+}
+
+func TestFileAPI(t *testing.T) {
+	dir := t.TempDir()
+	c := startCluster(t, dir)
+	cl := connect(t, c)
+	ctx := context.Background()
+	if err := cl.Mkdir(ctx, "/d", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Mkdir(ctx, "/d", 0o755); !errors.Is(err, ErrExist) {
+		t.Fatalf("mkdir twice: %v", err)
+	}
+	f, err := cl.Create(ctx, "/d/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := fabrictest.RandBytes(1, 300<<10) // five 64 KiB chunks, striped
+	if n, err := f.WriteAt(data, 0); err != nil || n != len(data) {
+		t.Fatalf("write: %d %v", n, err)
+	}
+	patch := fabrictest.RandBytes(2, 1000)
+	if _, err := f.WriteAt(patch, 65000); err != nil { // across a chunk boundary
+		t.Fatal(err)
+	}
+	copy(data[65000:], patch)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := cl.Stat(ctx, "/d/f"); err != nil || in.Size != uint64(len(data)) {
+		t.Fatalf("size after close: %v %v", in, err)
+	}
+	r, err := cl.Open(ctx, "/d/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(data)+10)
+	n, err := r.ReadAt(got, 0)
+	if n != len(data) || !errors.Is(err, io.EOF) || !bytes.Equal(got[:n], data) {
+		t.Fatalf("read back %d bytes (%v), equal=%v", n, err, bytes.Equal(got[:n], data))
+	}
+	if _, err := r.ReadAt(got[:10], int64(len(data))); !errors.Is(err, io.EOF) {
+		t.Fatalf("read at the end: %v", err)
+	}
+	if _, err := r.WriteAt([]byte("x"), 0); err == nil {
+		t.Fatal("wrote through a read-only handle")
+	}
+	// Concurrent readers through one client.
+	var wg sync.WaitGroup
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b := make([]byte, 10000)
+			off := int64(g * 70000)
+			if n, err := r.ReadAt(b, off); err != nil || !bytes.Equal(b[:n], data[off:off+int64(n)]) {
+				t.Errorf("concurrent read at %d: %v", off, err)
+			}
+		}()
+	}
+	wg.Wait()
+	r.Close()
+	ents, err := cl.ReadDir(ctx, "/d")
+	if err != nil || len(ents) != 1 || ents[0].Name != "f" {
+		t.Fatalf("readdir: %v %v", ents, err)
+	}
+	if err := cl.Rename(ctx, "/d/f", "/d/g"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Stat(ctx, "/d/f"); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("old name after rename: %v", err)
+	}
+	cl.Close()
+	c.Close()
+
+	// Restart on the same directory: same token, same data.
+	c = startCluster(t, dir)
+	defer c.Close()
+	cl = connect(t, c)
+	defer cl.Close()
+	r, err = cl.Open(ctx, "/d/g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ = r.ReadAt(got, 0)
+	if n != len(data) || !bytes.Equal(got[:n], data) {
+		t.Fatal("data changed across a restart")
+	}
+	if err := cl.Remove(ctx, "/d/g"); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Remove(ctx, "/d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Connect(ctx, Config{Cluster: c.Addr, Token: "wrong"}); err == nil {
+		t.Fatal("connected with a wrong token")
+	}
+}
