@@ -287,3 +287,23 @@ func (c *Client) closeSession(f *File, size uint64) error {
 	_, err := c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Size: &size, Client: c.id, Seq: c.next()})
 	return fsErr("close", f.name, err)
 }
+
+// Status writes the cluster's state: the metadata group, then every
+// target and chain.
+func (c *Client) Status(ctx context.Context, w io.Writer) error {
+	cctx, done := c.call(ctx)
+	defer done()
+	st, err := c.meta.Status(cctx, &metapb.StatusRequest{})
+	if err != nil {
+		return fsErr("status", "", err)
+	}
+	fmt.Fprintf(w, "metadata: leader %s, %s, applied %d, %d inodes, members %v\n", st.Leader, st.State, st.AppliedIndex, st.Inodes, st.Members)
+	r := c.routing.Routing()
+	for id, t := range r.Targets {
+		fmt.Fprintf(w, "target %d: %v at %s\n", id, t.State, t.Node)
+	}
+	for id, ch := range r.Chains {
+		fmt.Fprintf(w, "chain %d v%d: %v\n", id, ch.Version, ch.Targets)
+	}
+	return nil
+}

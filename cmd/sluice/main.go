@@ -27,6 +27,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newBenchCmd())
+	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd())
+	root.AddCommand(newFileCmds()...)
 	return root
 }
