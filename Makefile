@@ -46,8 +46,8 @@ fuzz:
 test: lint build unit fuzz
 
 demo: build
-	./bin/sluice bench fabric --duration 2s
-	./bin/sluice bench fabric --size 4KiB --duration 1s
+	./bin/sluice demo
+	./bin/sluice bench fabric --duration 1s
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 3 ./fabric/...

@@ -82,3 +82,13 @@ func TestFileCommands(t *testing.T) {
 		t.Fatal("ls with a wrong token succeeded")
 	}
 }
+
+func TestDemo(t *testing.T) {
+	var out bytes.Buffer
+	if err := demo(context.Background(), &out, 4, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "every byte checked: yes") {
+		t.Fatalf("demo said:\n%s", out.String())
+	}
+}
