@@ -45,7 +45,7 @@ func TestDetector(t *testing.T) {
 	if err := r.ProposeCluster(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 1}}}); err != nil {
 		t.Fatal(err)
 	}
-	d := mgmtd.NewDetector(r, 300*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d := mgmtd.NewDetector(r, time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	go d.Run(ctx)
 	var twoBeats atomic.Bool
 	go func() {

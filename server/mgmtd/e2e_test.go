@@ -42,7 +42,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	for !r.IsLeader() {
 		time.Sleep(10 * time.Millisecond)
 	}
-	d := mgmtd.NewDetector(r, 400*time.Millisecond, quiet)
+	d := mgmtd.NewDetector(r, time.Second, quiet)
 	go d.Run(ctx)
 	unary, stream := rpc.TokenAuth("tok")
 	gs := grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))

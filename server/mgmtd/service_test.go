@@ -46,7 +46,7 @@ func TestServiceAndWatch(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d := mgmtd.NewDetector(r, 400*time.Millisecond, quiet)
+	d := mgmtd.NewDetector(r, time.Second, quiet)
 	go d.Run(ctx)
 	unary, stream := rpc.TokenAuth("tok")
 	gs := grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
