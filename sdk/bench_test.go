@@ -63,3 +63,58 @@ func BenchmarkReadAt(b *testing.B) {
 	b.SetBytes(size)
 	b.ReportMetric(fabrictest.Versus(b, op, base), "x_pread")
 }
+
+// BenchmarkBatchedRead: batches of 64 random 4 KiB reads of a 64 MiB file
+// into a registered buffer (one call per storage node), against 64 preads
+// of 4 KiB from a local file in the page cache, alternating.
+func BenchmarkBatchedRead(b *testing.B) {
+	b.Run("size=4KiB", func(b *testing.B) {
+		const size, fileSize, batch = 4 << 10, 64 << 20, 64
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		c, err := cluster.Start(ctx, cluster.Config{Dir: b.TempDir(), Targets: 3})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		cl, err := Connect(ctx, Config{Cluster: c.Addr, Token: c.Token})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cl.Close()
+		data := fabrictest.RandBytes(1, fileSize)
+		f, _ := cl.Create(ctx, "/b.bin")
+		if _, err := f.WriteAt(data, 0); err != nil {
+			b.Fatal(err)
+		}
+		f.Close()
+		r, _ := cl.Open(ctx, "/b.bin")
+		local := filepath.Join(b.TempDir(), "b.bin")
+		os.WriteFile(local, data, 0o644)
+		lf, _ := os.Open(local)
+		defer lf.Close()
+		buf, _ := cl.NewBuffer(batch * size)
+		defer buf.Release()
+		lbuf := make([]byte, size)
+		rng := rand.New(rand.NewPCG(3, 4))
+		ops := make([]ReadOp, batch)
+		op := func() {
+			for i := range ops {
+				ops[i] = ReadOp{File: r, Off: int64(rng.IntN(fileSize/size)) * size, N: size, Buf: buf, BufOff: i * size}
+			}
+			if err := cl.ReadBatch(ctx, ops); err != nil {
+				b.Fatal(err)
+			}
+		}
+		base := func() {
+			for i := 0; i < batch; i++ {
+				if _, err := lf.ReadAt(lbuf, int64(rng.IntN(fileSize/size))*size); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		x := fabrictest.Versus(b, op, base)
+		b.ReportMetric(x, "x_pread")
+		b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "iops")
+	})
+}

@@ -131,3 +131,52 @@ func TestFileAPI(t *testing.T) {
 		t.Fatal("connected with a wrong token")
 	}
 }
+
+func TestReadBatch(t *testing.T) {
+	c := startCluster(t, t.TempDir())
+	defer c.Close()
+	cl := connect(t, c)
+	defer cl.Close()
+	ctx := context.Background()
+	data := fabrictest.RandBytes(5, 500<<10)
+	f, err := cl.Create(ctx, "/batch.bin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r, _ := cl.Open(ctx, "/batch.bin")
+	buf, err := cl.NewBuffer(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer buf.Release()
+	var ops []ReadOp
+	for i := 0; i < 100; i++ {
+		off := int64(i*5003) % int64(len(data))
+		ops = append(ops, ReadOp{File: r, Off: off, N: 4096, Buf: buf, BufOff: i * 4096})
+	}
+	ops = append(ops, ReadOp{File: r, Off: int64(len(data)) - 100, N: 4096, Buf: buf, BufOff: 100 * 4096}) // past the end
+	for i := range buf.B {
+		buf.B[i] = 0xee
+	}
+	if err := cl.ReadBatch(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	for i, op := range ops[:100] {
+		end := min(op.Off+4096, int64(len(data)))
+		want := data[op.Off:end]
+		if !bytes.Equal(buf.B[op.BufOff:op.BufOff+len(want)], want) {
+			t.Fatalf("op %d: bytes differ", i)
+		}
+	}
+	last := ops[100]
+	if !bytes.Equal(buf.B[last.BufOff:last.BufOff+100], data[len(data)-100:]) {
+		t.Fatal("the range at the end reads wrong")
+	}
+	if err := cl.ReadBatch(ctx, []ReadOp{{File: r, N: 10, Buf: buf, BufOff: len(buf.B) - 5}}); err == nil {
+		t.Fatal("a range outside its buffer was accepted")
+	}
+}

@@ -166,3 +166,84 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *Routi
 type finalError struct{ error }
 
 func (f finalError) Unwrap() error { return f.error }
+
+// BatchRead is one range of a batched read: Len bytes of chunk Chunk (on
+// chain Chain) at Offset, into registered memory Dst (Dst.Len >= Len).
+type BatchRead struct {
+	Chain  ChainID
+	Chunk  ChunkID
+	Offset uint32
+	Dst    fabric.RemoteBuf
+	// Set by ReadBatch: bytes read (short at a chunk's end), and the error
+	// for this range alone.
+	N   int
+	CRC uint32 // of the N bytes, for the caller to check in Dst
+	Err error
+}
+
+// ReadBatch reads many ranges with one call per storage node: each range
+// goes to a serving replica of its chain, ranges for the same node travel
+// together, and each node pushes the bytes straight into Dst. Per-range
+// failures are in each BatchRead's Err; the error returned is for the batch
+// as a whole (routing, a node unreachable).
+func (c *Client) ReadBatch(ctx context.Context, reads []BatchRead) error {
+	r := c.routing.Routing()
+	type group struct {
+		node    fabric.NodeID
+		entries []*storagepb.ReadEntry
+		idx     []int
+	}
+	groups := map[fabric.NodeID]*group{}
+	for i := range reads {
+		rd := &reads[i]
+		ch, ok := r.Chains[rd.Chain]
+		var serving []TargetID
+		for _, t := range ch.Targets {
+			if r.Targets[t].State == Serving {
+				serving = append(serving, t)
+			}
+		}
+		if !ok || len(serving) == 0 {
+			rd.Err = fmt.Errorf("chain %d: %w", rd.Chain, ErrUnavailable)
+			continue
+		}
+		t := serving[int(c.next.Add(1))%len(serving)]
+		node := r.Targets[t].Node
+		g := groups[node]
+		if g == nil {
+			g = &group{node: node}
+			groups[node] = g
+		}
+		g.entries = append(g.entries, &storagepb.ReadEntry{Chain: uint32(rd.Chain), ChainVer: ch.Version, Chunk: rd.Chunk.Proto(),
+			Offset: rd.Offset, Length: rd.Dst.Len, Target: uint32(t),
+			Dst: &storagepb.RemoteBuf{Node: string(rd.Dst.Node), Key: rd.Dst.Key, Offset: rd.Dst.Offset, Len: rd.Dst.Len}})
+		g.idx = append(g.idx, i)
+	}
+	errs := make(chan error, len(groups))
+	for _, g := range groups {
+		go func() {
+			var resp storagepb.ReadReply
+			err := c.ep.Call(ctx, g.node, MethodRead, &storagepb.ReadRequest{Entries: g.entries}, &resp)
+			if err == nil && len(resp.Results) != len(g.entries) {
+				err = fmt.Errorf("%w: %d results for %d reads", fabric.ErrProtocol, len(resp.Results), len(g.entries))
+			}
+			if err == nil {
+				for k, res := range resp.Results {
+					rd := &reads[g.idx[k]]
+					if res.Code != 0 {
+						rd.Err = fabric.RemoteError(fabric.Code(res.Code), res.Error)
+					}
+					rd.N, rd.CRC = int(res.Length), res.Crc
+				}
+			}
+			errs <- err
+		}()
+	}
+	var first error
+	for range groups {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
