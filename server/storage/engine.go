@@ -96,6 +96,7 @@ type Engine struct {
 	fs     FS
 	chunks string
 	db     *pebble.DB
+	files  *fileCache
 	locks  [64]sync.Mutex    // one update at a time per chunk
 	slots  [256]sync.RWMutex // a slot's file: readers share, the writer of a new version excludes them
 }
@@ -110,7 +111,7 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.MaxChunkSize <= 0 {
 		cfg.MaxChunkSize = 4 << 20
 	}
-	e := &Engine{cfg: cfg, fs: cfg.FS, chunks: join(cfg.Dir, "chunks")}
+	e := &Engine{cfg: cfg, fs: cfg.FS, chunks: join(cfg.Dir, "chunks"), files: newFileCache(1024)}
 	if err := e.fs.MkdirAll(e.chunks); err != nil {
 		return nil, fmt.Errorf("open target %s: %w", cfg.Dir, err)
 	}
@@ -126,8 +127,11 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	return e, nil
 }
 
-// Close closes the metadata store.
-func (e *Engine) Close() error { return e.db.Close() }
+// Close closes the metadata store and the open chunk files.
+func (e *Engine) Close() error {
+	e.files.close()
+	return e.db.Close()
+}
 
 func (e *Engine) lock(id ChunkID) *sync.Mutex {
 	h := fnv.New32a()
@@ -442,11 +446,12 @@ func (e *Engine) readVersion(id ChunkID, v *storagepb.Version, off uint32, dst [
 	if !holds(m.GetCommitted(), v) && !holds(m.GetPending(), v) {
 		return 0, errMoved
 	}
-	f, err := e.fs.Open(join(e.chunks, id.fileName(v.Slot)))
+	cf, err := e.files.get(fileKey{id, v.Slot}, func() (File, error) { return e.fs.Open(join(e.chunks, id.fileName(v.Slot))) })
 	if err != nil {
 		return 0, diskError(id, err)
 	}
-	defer f.Close()
+	defer e.files.put(cf)
+	f := cf.f
 	if v.Compressed {
 		enc := make([]byte, v.Stored)
 		if _, err := f.ReadAt(enc, 0); err != nil {
@@ -560,6 +565,7 @@ func (e *Engine) Remove(id ChunkID) error {
 	for slot := uint32(0); slot < 2; slot++ {
 		l := e.slotLock(id, slot)
 		l.Lock()
+		e.files.evict(fileKey{id, slot})
 		e.fs.Remove(join(e.chunks, id.fileName(slot)))
 		l.Unlock()
 	}

@@ -1,0 +1,104 @@
+package storage
+
+import (
+	"container/list"
+	"sync"
+)
+
+// fileCache keeps chunk files open for reads: a chunk's two files are
+// written in place and never replaced, so an open descriptor stays right
+// for as long as the chunk exists (Remove evicts). It saves an open and a
+// close per read, which is most of a small read's cost.
+type fileCache struct {
+	mu    sync.Mutex
+	max   int
+	lru   *list.List // of *cachedFile, most recent first
+	files map[fileKey]*cachedFile
+}
+
+type fileKey struct {
+	id   ChunkID
+	slot uint32
+}
+
+type cachedFile struct {
+	key     fileKey
+	f       File
+	refs    int
+	evicted bool
+	elem    *list.Element
+}
+
+func newFileCache(max int) *fileCache {
+	return &fileCache{max: max, lru: list.New(), files: map[fileKey]*cachedFile{}}
+}
+
+// get returns the open file for k, opening it with open if need be. The
+// caller must put it back.
+func (c *fileCache) get(k fileKey, open func() (File, error)) (*cachedFile, error) {
+	c.mu.Lock()
+	if cf := c.files[k]; cf != nil {
+		cf.refs++
+		c.lru.MoveToFront(cf.elem)
+		c.mu.Unlock()
+		return cf, nil
+	}
+	c.mu.Unlock()
+	f, err := open()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cf := c.files[k]; cf != nil { // opened meanwhile by another reader
+		f.Close()
+		cf.refs++
+		return cf, nil
+	}
+	cf := &cachedFile{key: k, f: f, refs: 1}
+	cf.elem = c.lru.PushFront(cf)
+	c.files[k] = cf
+	for c.lru.Len() > c.max {
+		c.evictLocked(c.lru.Back().Value.(*cachedFile))
+	}
+	return cf, nil
+}
+
+func (c *fileCache) put(cf *cachedFile) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cf.refs--
+	if cf.evicted && cf.refs == 0 {
+		cf.f.Close()
+	}
+}
+
+func (c *fileCache) evictLocked(cf *cachedFile) {
+	if cf.evicted {
+		return
+	}
+	cf.evicted = true
+	c.lru.Remove(cf.elem)
+	delete(c.files, cf.key)
+	if cf.refs == 0 {
+		cf.f.Close()
+	}
+}
+
+// evict drops k's file (the chunk is being removed).
+func (c *fileCache) evict(k fileKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cf := c.files[k]; cf != nil {
+		c.evictLocked(cf)
+	}
+}
+
+// close drops everything.
+func (c *fileCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, cf := range c.files {
+		c.evictLocked(cf)
+	}
+}
