@@ -92,13 +92,16 @@ type EngineConfig struct {
 // Engine stores one target's chunks. See the package doc for what is synced
 // and why. Safe for concurrent use; updates to one chunk are serialized.
 type Engine struct {
-	cfg    EngineConfig
-	fs     FS
-	chunks string
-	db     *pebble.DB
-	files  *fileCache
-	locks  [64]sync.Mutex    // one update at a time per chunk
-	slots  [256]sync.RWMutex // a slot's file: readers share, the writer of a new version excludes them
+	cfg     EngineConfig
+	fs      FS
+	chunks  string
+	db      *pebble.DB
+	files   *fileCache
+	metaMu  sync.RWMutex
+	metas   map[ChunkID]*storagepb.ChunkMeta // decoded records (see Meta)
+	metaGen uint64                           // bumped by every record write
+	locks   [64]sync.Mutex                   // one update at a time per chunk
+	slots   [256]sync.RWMutex                // a slot's file: readers share, the writer of a new version excludes them
 }
 
 // OpenEngine opens (or creates) the target in cfg.Dir and removes the files
@@ -111,7 +114,7 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.MaxChunkSize <= 0 {
 		cfg.MaxChunkSize = 4 << 20
 	}
-	e := &Engine{cfg: cfg, fs: cfg.FS, chunks: join(cfg.Dir, "chunks"), files: newFileCache(1024)}
+	e := &Engine{cfg: cfg, fs: cfg.FS, chunks: join(cfg.Dir, "chunks"), files: newFileCache(1024), metas: map[ChunkID]*storagepb.ChunkMeta{}}
 	if err := e.fs.MkdirAll(e.chunks); err != nil {
 		return nil, fmt.Errorf("open target %s: %w", cfg.Dir, err)
 	}
@@ -176,8 +179,18 @@ func (e *Engine) removeOrphans() error {
 	return nil
 }
 
-// Meta returns the chunk's record; an empty one if the chunk is unknown.
+// Meta returns the chunk's record (an empty one if the chunk is unknown).
+// It is shared: callers must not change it. Records are cached decoded,
+// because decoding a chunk's block checksums on every small read was most
+// of a read's cost; the engine is the only writer, and every write goes
+// through putMeta, which replaces the cached record.
 func (e *Engine) Meta(id ChunkID) (*storagepb.ChunkMeta, error) {
+	e.metaMu.RLock()
+	m, gen := e.metas[id], e.metaGen
+	e.metaMu.RUnlock()
+	if m != nil {
+		return m, nil
+	}
 	v, closer, err := e.db.Get(id.key())
 	if errors.Is(err, pebble.ErrNotFound) {
 		return &storagepb.ChunkMeta{}, nil
@@ -186,11 +199,51 @@ func (e *Engine) Meta(id ChunkID) (*storagepb.ChunkMeta, error) {
 		return nil, fmt.Errorf("chunk %v metadata: %w", id, err)
 	}
 	defer closer.Close()
-	m := &storagepb.ChunkMeta{}
+	m = &storagepb.ChunkMeta{}
 	if err := proto.Unmarshal(v, m); err != nil {
 		return nil, fmt.Errorf("chunk %v metadata: %w", id, err)
 	}
+	// Cache what we read only if no record changed since we looked: a write
+	// racing with this read must not be undone by it.
+	e.metaMu.Lock()
+	if e.metaGen == gen {
+		e.insertMetaLocked(id, m)
+	}
+	e.metaMu.Unlock()
 	return m, nil
+}
+
+// metaForUpdate returns a copy of the chunk's record to change and store.
+func (e *Engine) metaForUpdate(id ChunkID) (*storagepb.ChunkMeta, error) {
+	m, err := e.Meta(id)
+	if err != nil {
+		return nil, err
+	}
+	return proto.Clone(m).(*storagepb.ChunkMeta), nil
+}
+
+const maxCachedMetas = 1 << 16
+
+// cacheMeta records a write of the chunk's record (nil: removed).
+func (e *Engine) cacheMeta(id ChunkID, m *storagepb.ChunkMeta) {
+	e.metaMu.Lock()
+	defer e.metaMu.Unlock()
+	e.metaGen++
+	if m == nil {
+		delete(e.metas, id)
+		return
+	}
+	e.insertMetaLocked(id, m)
+}
+
+func (e *Engine) insertMetaLocked(id ChunkID, m *storagepb.ChunkMeta) {
+	if len(e.metas) >= maxCachedMetas {
+		for k := range e.metas { // any one: map order is random
+			delete(e.metas, k)
+			break
+		}
+	}
+	e.metas[id] = m
 }
 
 func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
@@ -203,8 +256,10 @@ func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
 		opts = pebble.Sync
 	}
 	if err := e.db.Set(id.key(), b, opts); err != nil {
+		e.cacheMeta(id, nil)
 		return fmt.Errorf("chunk %v metadata: %w", id, err)
 	}
+	e.cacheMeta(id, m)
 	return nil
 }
 
@@ -231,7 +286,7 @@ func (e *Engine) store(id ChunkID, ver uint64, off uint32, data []byte, full boo
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
-	m, err := e.Meta(id)
+	m, err := e.metaForUpdate(id)
 	if err != nil {
 		return nil, err
 	}
@@ -332,7 +387,7 @@ func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
-	m, err := e.Meta(id)
+	m, err := e.metaForUpdate(id)
 	if err != nil {
 		return err
 	}
@@ -365,7 +420,7 @@ func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
-	m, err := e.Meta(id)
+	m, err := e.metaForUpdate(id)
 	if err != nil {
 		return nil, err
 	}
@@ -559,7 +614,9 @@ func (e *Engine) Remove(id ChunkID) error {
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
-	if err := e.db.Delete(id.key(), pebble.Sync); err != nil {
+	err := e.db.Delete(id.key(), pebble.Sync)
+	e.cacheMeta(id, nil)
+	if err != nil {
 		return fmt.Errorf("chunk %v metadata: %w", id, err)
 	}
 	for slot := uint32(0); slot < 2; slot++ {
