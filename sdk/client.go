@@ -110,7 +110,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c.store = storage.NewClient(c.ep, c.routing)
 	for i := 0; i < cap(c.buffers); i++ {
-		buf := make([]byte, 4<<20)
+		buf := make([]byte, maxPiece)
 		mr, err := c.ep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
 		if err != nil {
 			return fail(err)
@@ -350,6 +350,9 @@ func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
 	}
 	var spans []span
 	for _, op := range ops {
+		if op.File == nil || op.Buf == nil || op.Off < 0 || op.N < 0 {
+			return fmt.Errorf("read batch: a range needs a file, a buffer, and no negative offset or length")
+		}
 		if op.BufOff < 0 || op.BufOff+op.N > len(op.Buf.B) {
 			return fmt.Errorf("read batch: range [%d:+%d] outside its buffer", op.BufOff, op.N)
 		}

@@ -18,14 +18,18 @@ type piece struct {
 	n        int
 }
 
-// pieces cuts [off, off+n) at chunk boundaries.
+// maxPiece is the staging buffers' size: chunks larger than it travel in
+// several pieces.
+const maxPiece = 4 << 20
+
+// pieces cuts [off, off+n) at chunk boundaries (and every maxPiece bytes).
 func (f *File) pieces(off int64, n int) []piece {
 	cs := int64(f.in.Layout.GetChunkSize())
 	var out []piece
 	for done := 0; done < n; {
 		pos := off + int64(done)
 		idx, in := pos/cs, pos%cs
-		k := int(min(cs-in, int64(n-done)))
+		k := int(min(cs-in, int64(n-done), maxPiece)) // a piece fits a staging buffer
 		out = append(out, piece{index: uint64(idx), chunkOff: uint32(in), off: done, n: k})
 		done += k
 	}

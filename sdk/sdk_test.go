@@ -180,3 +180,31 @@ func TestReadBatch(t *testing.T) {
 		t.Fatal("a range outside its buffer was accepted")
 	}
 }
+
+// TestLargeChunks: chunks larger than the SDK's staging buffers travel in
+// several pieces.
+func TestLargeChunks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), Targets: 1, ChunkSize: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl := connect(t, c)
+	defer cl.Close()
+	data := fabrictest.RandBytes(8, 9<<20)
+	f, err := cl.Create(ctx, "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r, _ := cl.Open(ctx, "/big")
+	got := make([]byte, len(data))
+	if n, err := r.ReadAt(got, 0); n != len(data) || (err != nil && !errors.Is(err, io.EOF)) || !bytes.Equal(got, data) {
+		t.Fatalf("read %d: %v", n, err)
+	}
+}

@@ -155,7 +155,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return fail(err)
 		}
 		c.eps = append(c.eps, ep)
-		eng, err := storage.OpenEngine(storage.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", i))})
+		eng, err := storage.OpenEngine(storage.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", i)), MaxChunkSize: max(cfg.ChunkSize, 4<<20)})
 		if err != nil {
 			return fail(err)
 		}
@@ -177,7 +177,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	for i, ep := range c.eps {
 		n, err := storage.NewNode(storage.NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[storage.TargetID]*storage.Engine{storage.TargetID(i + 1): c.engines[i]},
-			Logger: cfg.Logger, OnSynced: agents[i].OnSynced})
+			BufferSize: max(cfg.ChunkSize, 4<<20), Buffers: 16, Logger: cfg.Logger, OnSynced: agents[i].OnSynced})
 		if err != nil {
 			return fail(err)
 		}
@@ -206,7 +206,10 @@ func (c *Cluster) spawn(fn func()) {
 // loadToken reads the cluster token, making one the first time.
 func loadToken(path string) (string, error) {
 	if b, err := os.ReadFile(path); err == nil {
-		return strings.TrimSpace(string(b)), nil
+		if t := strings.TrimSpace(string(b)); len(t) >= 16 {
+			return t, nil
+		}
+		return "", fmt.Errorf("cluster: token file %s holds no usable token (16+ characters)", path)
 	}
 	var b [24]byte
 	rand.Read(b[:])

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -53,33 +54,44 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Collect does one round as of now and returns how many files it collected.
+// Collect does one round over the whole queue as of now and returns how
+// many files it collected. A file it cannot collect yet (too recent, open,
+// storage failing) is skipped, not allowed to hold up the rest; the first
+// failure is returned after the round.
 func (c *Collector) Collect(ctx context.Context, now time.Time) (int, error) {
-	files, err := c.r.Namespace().Garbage(256)
-	if err != nil {
-		return 0, err
-	}
 	done := 0
-	for _, f := range files {
-		if now.Sub(time.Unix(0, f.CtimeNs)) < c.delay {
-			continue
+	var first error
+	after := uint64(0)
+	for {
+		files, err := c.r.Namespace().GarbageAfter(after, 256)
+		if err != nil || len(files) == 0 {
+			return done, errors.Join(first, err)
 		}
-		if open, err := c.r.Namespace().HasSessions(f.Ino); err != nil || open {
-			continue
+		for _, f := range files {
+			after = f.Ino
+			if now.Sub(time.Unix(0, f.CtimeNs)) < c.delay {
+				continue
+			}
+			if open, err := c.r.Namespace().HasSessions(f.Ino); err != nil || open {
+				continue
+			}
+			err := c.remover.RemoveChunks(ctx, f)
+			if err == nil {
+				var res *metapb.Result
+				if res, err = c.r.Do(ctx, &metapb.Command{Op: &metapb.Command_Collected{Collected: f.Ino}}); err == nil && res.Code != 0 {
+					err = fmt.Errorf("forget inode %d: %s", f.Ino, res.Error)
+				}
+			}
+			if err != nil {
+				c.log.Warn("cannot collect a file yet", "inode", f.Ino, "err", err)
+				if first == nil {
+					first = fmt.Errorf("collect inode %d: %w", f.Ino, err)
+				}
+				continue
+			}
+			done++
 		}
-		if err := c.remover.RemoveChunks(ctx, f); err != nil {
-			return done, fmt.Errorf("remove chunks of inode %d: %w", f.Ino, err)
-		}
-		res, err := c.r.Do(ctx, &metapb.Command{Op: &metapb.Command_Collected{Collected: f.Ino}})
-		if err != nil {
-			return done, err
-		}
-		if res.Code != 0 {
-			return done, fmt.Errorf("forget inode %d: %s", f.Ino, res.Error)
-		}
-		done++
 	}
-	return done, nil
 }
 
 // StorageRemover removes a file's chunks from storage: chunk i of a file

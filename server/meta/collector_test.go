@@ -48,7 +48,7 @@ func TestSessionsAndCollector(t *testing.T) {
 	do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_OpenSession{OpenSession: &metapb.SessionOp{Ino: f.Ino, Session: 1, Client: 7}}})
 	do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_OpenSession{OpenSession: &metapb.SessionOp{Ino: g.Ino, Session: 2, Client: 8}}})
 	size := uint64(5 << 20)
-	do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: g.Ino, Session: 2, Size: &size}}})
+	do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: g.Ino, Session: 2, Client: 8, Size: &size}}})
 	if in, _ := r.Namespace().Stat(g.Ino); in.Size != 5<<20 {
 		t.Fatalf("length after close: %d", in.Size)
 	}
@@ -76,5 +76,44 @@ func TestSessionsAndCollector(t *testing.T) {
 	}
 	if left, _ := r.Namespace().Garbage(10); len(left) != 0 {
 		t.Fatalf("still queued: %v", left)
+	}
+}
+
+// TestSessionSemantics: a close never shrinks a file another writer grew;
+// sessions of different clients with the same number are distinct; a file
+// unlinked while open hands its final length to the collector.
+func TestSessionSemantics(t *testing.T) {
+	ns := newNS(t)
+	f := must(ns.Create(RootIno, "f", at))(t)
+	for _, client := range []uint64{1, 2} {
+		if err := ns.OpenSession(f.Ino, client, 7, 1); err != nil { // same session number
+			t.Fatal(err)
+		}
+	}
+	big, small := uint64(1000), uint64(0)
+	if err := ns.CloseSession(f.Ino, 2, 7, &big, 2); err != nil {
+		t.Fatal(err)
+	}
+	if open, _ := ns.HasSessions(f.Ino); !open {
+		t.Fatal("closing client 2's session closed client 1's")
+	}
+	if err := ns.CloseSession(f.Ino, 1, 7, &small, 3); err != nil {
+		t.Fatal(err)
+	}
+	if in := must(ns.Stat(f.Ino))(t); in.Size != 1000 {
+		t.Fatalf("size %d after a later close with a smaller length, want 1000", in.Size)
+	}
+	g := must(ns.Create(RootIno, "g", at))(t)
+	ns.OpenSession(g.Ino, 1, 1, 1)
+	if err := ns.Unlink(RootIno, "g", 4); err != nil {
+		t.Fatal(err)
+	}
+	final := uint64(5 << 20)
+	if err := ns.CloseSession(g.Ino, 1, 1, &final, 5); err != nil {
+		t.Fatal(err)
+	}
+	q := must(ns.Garbage(10))(t)
+	if len(q) != 1 || q[0].Ino != g.Ino || q[0].Size != final {
+		t.Fatalf("collector record %v, want inode %d with size %d", q, g.Ino, final)
 	}
 }

@@ -127,9 +127,9 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 	case *metapb.Command_Cluster:
 		err = f.cluster.Apply(op.Cluster)
 	case *metapb.Command_OpenSession:
-		err = f.ns.OpenSession(op.OpenSession.Ino, op.OpenSession.Session, op.OpenSession.Client, now)
+		err = f.ns.OpenSession(op.OpenSession.Ino, op.OpenSession.Client, op.OpenSession.Session, now)
 	case *metapb.Command_CloseSession:
-		err = f.ns.CloseSession(op.CloseSession.Ino, op.CloseSession.Session, op.CloseSession.Size, now)
+		err = f.ns.CloseSession(op.CloseSession.Ino, op.CloseSession.Client, op.CloseSession.Session, op.CloseSession.Size, now)
 	case *metapb.Command_PruneClient:
 		err = f.ns.PruneClient(op.PruneClient)
 	default:

@@ -597,8 +597,11 @@ func (ns *Namespace) Statfs() (inodes uint64, err error) {
 
 // Garbage returns up to limit files whose last link went, for the chunk
 // collector, which calls Collected once their chunks are gone.
-func (ns *Namespace) Garbage(limit int) ([]*metapb.Inode, error) {
-	it, err := ns.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'g'}, UpperBound: []byte{'h'}})
+func (ns *Namespace) Garbage(limit int) ([]*metapb.Inode, error) { return ns.GarbageAfter(0, limit) }
+
+// GarbageAfter is Garbage from the inode after `after` on, to page through.
+func (ns *Namespace) GarbageAfter(after uint64, limit int) ([]*metapb.Inode, error) {
+	it, err := ns.db.NewIter(&pebble.IterOptions{LowerBound: gcKey(after + 1), UpperBound: []byte{'h'}})
 	if err != nil {
 		return nil, err
 	}

@@ -136,7 +136,9 @@ func (r *Replica) Do(ctx context.Context, cmd *metapb.Command) (*metapb.Result, 
 	}
 	timeout := 10 * time.Second
 	if dl, ok := ctx.Deadline(); ok {
-		timeout = time.Until(dl)
+		if timeout = time.Until(dl); timeout <= 0 {
+			return nil, context.DeadlineExceeded // raft would take 0 as no limit
+		}
 	}
 	t0 := time.Now()
 	f := r.raft.Apply(data, timeout)

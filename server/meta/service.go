@@ -247,7 +247,7 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 // Close ends a write session, setting the file's length if given.
 func (s *Service) Close(ctx context.Context, req *metapb.CloseRequest) (*metapb.Empty, error) {
 	_, err := s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
-		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Session: req.Session, Size: req.Size}}})
+		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Client: req.Client, Session: req.Session, Size: req.Size}}})
 	return &metapb.Empty{}, err
 }
 

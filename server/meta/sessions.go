@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicefs/sluice/proto/metapb"
 )
@@ -14,13 +15,16 @@ import (
 // the file's length; the sessions of a client that died are pruned. The
 // chunk collector leaves a file alone while any session on it is open.
 
-func sessionRecordKey(ino, session uint64) []byte {
+// sessionRecordKey names a session by file, client and the client's own
+// session number, so two clients' numbers never collide.
+func sessionRecordKey(ino, client, session uint64) []byte {
 	k := binary.BigEndian.AppendUint64([]byte{'w'}, ino)
+	k = binary.BigEndian.AppendUint64(k, client)
 	return binary.BigEndian.AppendUint64(k, session)
 }
 
 // OpenSession records a write session on file ino.
-func (ns *Namespace) OpenSession(ino, session, client uint64, now int64) error {
+func (ns *Namespace) OpenSession(ino, client, session uint64, now int64) error {
 	return ns.write(func(b *pebble.Batch) error {
 		in, err := loadInode(batchReader{b}, ino)
 		if err != nil {
@@ -30,26 +34,41 @@ func (ns *Namespace) OpenSession(ino, session, client uint64, now int64) error {
 			return fmt.Errorf("write session on inode %d: %w", ino, ErrIsDir)
 		}
 		v := binary.BigEndian.AppendUint64(nil, client)
-		return b.Set(sessionRecordKey(ino, session), binary.BigEndian.AppendUint64(v, uint64(now)), nil)
+		return b.Set(sessionRecordKey(ino, client, session), binary.BigEndian.AppendUint64(v, uint64(now)), nil)
 	})
 }
 
-// CloseSession ends a write session, setting the file's length when size
-// is given (and the file still exists).
-func (ns *Namespace) CloseSession(ino, session uint64, size *uint64, now int64) error {
+// CloseSession ends a write session. A given size extends the file's
+// length to it (never shrinks it: another writer may have written further;
+// shrinking is Setattr's). If the file was unlinked meanwhile, the size
+// goes to its collector record, so all of its chunks get collected.
+func (ns *Namespace) CloseSession(ino, client, session uint64, size *uint64, now int64) error {
 	return ns.write(func(b *pebble.Batch) error {
-		if err := b.Delete(sessionRecordKey(ino, session), nil); err != nil {
+		if err := b.Delete(sessionRecordKey(ino, client, session), nil); err != nil {
 			return err
 		}
 		if size == nil {
 			return nil
 		}
 		in, err := loadInode(batchReader{b}, ino)
-		if err != nil {
-			return nil // unlinked meanwhile: its chunks are the collector's
+		if err == nil {
+			in.Size, in.MtimeNs, in.CtimeNs = max(in.Size, *size), now, now
+			return putInode(b, in)
 		}
-		in.Size, in.MtimeNs, in.CtimeNs = *size, now, now
-		return putInode(b, in)
+		v, err := get(batchReader{b}, gcKey(ino))
+		if err != nil || v == nil {
+			return err
+		}
+		rec := &metapb.Inode{}
+		if err := proto.Unmarshal(v, rec); err != nil {
+			return err
+		}
+		rec.Size = max(rec.Size, *size)
+		nv, err := proto.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		return b.Set(gcKey(ino), nv, nil)
 	})
 }
 

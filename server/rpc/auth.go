@@ -16,6 +16,9 @@ import (
 // the HTTP Authorization header through).
 func TokenAuth(token string) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
 	check := func(ctx context.Context) error {
+		if token == "" {
+			return status.Error(codes.Unauthenticated, "the server has no cluster token")
+		}
 		md, _ := metadata.FromIncomingContext(ctx)
 		for _, v := range md.Get("authorization") {
 			if got, ok := strings.CutPrefix(v, "Bearer "); ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
