@@ -39,9 +39,11 @@ func (a *Agent) Run(ctx context.Context) {
 	t := time.NewTicker(a.interval)
 	defer t.Stop()
 	for {
-		if _, err := a.client.Heartbeat(a.ctx, &mgmtdpb.HeartbeatRequest{Node: a.node.Id, Targets: a.targets}); err != nil {
+		hctx, cancel := context.WithTimeout(a.ctx, 2*a.interval) // a hung call must not outlast the lease
+		if _, err := a.client.Heartbeat(hctx, &mgmtdpb.HeartbeatRequest{Node: a.node.Id, Targets: a.targets}); err != nil {
 			a.log.Debug("heartbeat failed", "err", err)
 		}
+		cancel()
 		select {
 		case <-ctx.Done():
 			return
