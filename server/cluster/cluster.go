@@ -1,10 +1,11 @@
-// Package cluster runs a whole Sluice cluster in one process: a one-replica
-// metadata group (namespace and cluster map), the failure detector and chunk
-// collector, the gRPC services with the cluster token, and storage targets
-// in local directories, each a storage node on its own TCP fabric endpoint
-// so outside clients reach them. It is what `sluice dev` runs, and what SDK
-// tests run against. Restarting on the same directory keeps the data and the
-// token.
+// Package cluster runs Sluice's processes: the control plane (a replica of
+// the metadata group with the failure detector, the chunk collector and the
+// gRPC services) and storage nodes (targets in local directories, each a
+// storage node on its own TCP fabric endpoint, with an mgmtd agent). Start
+// runs a whole cluster in one process — what `sluice dev` runs and SDK tests
+// run against; StartControl and StartStorage are the pieces `sluice server`
+// runs as separate processes. Restarting on the same directory keeps the
+// data and the token.
 package cluster
 
 import (
@@ -37,39 +38,6 @@ import (
 	"github.com/sluicefs/sluice/server/storage"
 )
 
-// Config configures an embedded cluster. Zero fields take the defaults.
-type Config struct {
-	// Dir holds everything: the token, the metadata group, the targets.
-	Dir string
-	// Targets is the number of storage targets (default 3).
-	Targets int
-	// Replicas is each chain's length (default min(3, Targets)).
-	Replicas int
-	// Listen is the gRPC address for clients (default 127.0.0.1:0).
-	Listen string
-	// ChunkSize is the root directory's chunk size (default 1 MiB).
-	ChunkSize int
-	// Logger (default: discard).
-	Logger *slog.Logger
-}
-
-// Cluster is a running embedded cluster.
-type Cluster struct {
-	// Addr is the gRPC address clients connect to; Token the cluster token.
-	Addr  string
-	Token string
-
-	replica *meta.Replica
-	gs      *grpc.Server
-	conn    *grpc.ClientConn
-	routing *mgmtd.WatchedRouting
-	eps     []fabric.Endpoint
-	engines []*storage.Engine
-	nodes   []*storage.Node
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-}
-
 // FabricSecret is the fabric secret derived from the cluster token: every
 // process that holds the token can join the data plane.
 func FabricSecret(token string) []byte {
@@ -77,134 +45,8 @@ func FabricSecret(token string) []byte {
 	return s[:]
 }
 
-// Start starts (or restarts) the cluster in cfg.Dir.
-func Start(ctx context.Context, cfg Config) (*Cluster, error) {
-	if cfg.Targets <= 0 {
-		cfg.Targets = 3
-	}
-	if cfg.Replicas <= 0 {
-		cfg.Replicas = min(3, cfg.Targets)
-	}
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:0"
-	}
-	if cfg.ChunkSize <= 0 {
-		cfg.ChunkSize = 1 << 20
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
-		return nil, err
-	}
-	token, err := loadToken(filepath.Join(cfg.Dir, "token"))
-	if err != nil {
-		return nil, err
-	}
-	c := &Cluster{Token: token}
-	bg, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
-	fail := func(err error) (*Cluster, error) {
-		c.Close()
-		return nil, err
-	}
-
-	// The metadata group, bootstrapped on first start.
-	c.replica, err = meta.StartReplica(meta.ReplicaConfig{ID: "meta", Dir: filepath.Join(cfg.Dir, "meta"), Bind: "127.0.0.1:0",
-		RootLayout: &metapb.Layout{ChainTable: 1, ChunkSize: uint32(cfg.ChunkSize), Stripe: uint32(cfg.Targets)}, Fast: true})
-	if err != nil {
-		return fail(err)
-	}
-	if err := c.replica.Bootstrap(map[string]string{"meta": c.replica.Addr()}); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-		return fail(err)
-	}
-	for deadline := time.Now().Add(20 * time.Second); !c.replica.IsLeader(); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			return fail(errors.New("cluster: the metadata group elected no leader"))
-		}
-	}
-	det := mgmtd.NewDetector(c.replica, 3*time.Second, cfg.Logger)
-	c.spawn(func() { det.Run(bg) })
-
-	// The services.
-	unary, stream := rpc.TokenAuth(token)
-	c.gs = grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
-	metapb.RegisterMetaServer(c.gs, meta.NewService(c.replica))
-	mgmtdpb.RegisterMgmtdServer(c.gs, mgmtd.NewService(c.replica, det))
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fail(fmt.Errorf("cluster: listen %s: %w", cfg.Listen, err))
-	}
-	c.Addr = ln.Addr().String()
-	c.spawn(func() { c.gs.Serve(ln) })
-	if c.conn, err = grpc.NewClient(c.Addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
-		return fail(err)
-	}
-	mc := mgmtdpb.NewMgmtdClient(c.conn)
-	actx := rpc.WithToken(bg, token)
-
-	// Storage targets, each a node on its own TCP endpoint.
-	tr, err := tcp.New(tcp.Config{Secret: FabricSecret(token), Logger: cfg.Logger})
-	if err != nil {
-		return fail(err)
-	}
-	var agents []*mgmtd.Agent
-	for i := 1; i <= cfg.Targets; i++ {
-		ep, err := tr.Listen("127.0.0.1:0")
-		if err != nil {
-			return fail(err)
-		}
-		c.eps = append(c.eps, ep)
-		eng, err := storage.OpenEngine(storage.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", i)), MaxChunkSize: max(cfg.ChunkSize, 4<<20)})
-		if err != nil {
-			return fail(err)
-		}
-		c.engines = append(c.engines, eng)
-		a, err := mgmtd.NewAgent(actx, mc, &mgmtdpb.Node{Id: fmt.Sprint("node-", i), Address: string(ep.ID())}, []uint32{uint32(i)}, 500*time.Millisecond, cfg.Logger)
-		if err != nil {
-			return fail(err)
-		}
-		agents = append(agents, a)
-		c.spawn(func() { a.Run(bg) })
-	}
-	if m, err := c.replica.ClusterMap(); err == nil && len(m.Tables) == 0 {
-		if _, err := mc.CreateTable(actx, &mgmtdpb.CreateChainTable{Table: 1, Replicas: uint32(cfg.Replicas), Chains: uint32(cfg.Targets)}); err != nil {
-			return fail(err)
-		}
-	}
-	if c.routing, err = mgmtd.WatchRouting(actx, mc, cfg.Logger); err != nil {
-		return fail(err)
-	}
-	for i, ep := range c.eps {
-		n, err := storage.NewNode(storage.NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[storage.TargetID]*storage.Engine{storage.TargetID(i + 1): c.engines[i]},
-			BufferSize: max(cfg.ChunkSize, 4<<20), Buffers: 16, Logger: cfg.Logger, OnSynced: agents[i].OnSynced})
-		if err != nil {
-			return fail(err)
-		}
-		c.nodes = append(c.nodes, n)
-	}
-
-	// The collector, deleting unlinked files' chunks.
-	cep, err := tr.Dialer("collector")
-	if err != nil {
-		return fail(err)
-	}
-	c.eps = append(c.eps, cep)
-	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: storage.NewClient(cep, c.routing), Map: c.replica.ClusterMap}, time.Minute, cfg.Logger)
-	c.spawn(func() { col.Run(bg, 10*time.Second) })
-	return c, nil
-}
-
-func (c *Cluster) spawn(fn func()) {
-	c.wg.Add(1)
-	go func() {
-		defer c.wg.Done()
-		fn()
-	}()
-}
-
-// loadToken reads the cluster token, making one the first time.
-func loadToken(path string) (string, error) {
+// LoadToken reads the cluster token at path, making one the first time.
+func LoadToken(path string) (string, error) {
 	if b, err := os.ReadFile(path); err == nil {
 		if t := strings.TrimSpace(string(b)); len(t) >= 16 {
 			return t, nil
@@ -220,30 +62,378 @@ func loadToken(path string) (string, error) {
 	return token, nil
 }
 
-// Close stops everything, storage first, the metadata group last.
-func (c *Cluster) Close() error {
+func quiet(l *slog.Logger) *slog.Logger {
+	if l == nil {
+		return slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return l
+}
+
+// ControlConfig configures a control-plane replica.
+type ControlConfig struct {
+	Dir      string // the replica's Raft log, snapshots and state
+	ID       string // the replica's name in the group (default "meta")
+	RaftBind string // Raft's TCP address (default 127.0.0.1:0)
+	Listen   string // gRPC for clients and storage nodes (default 127.0.0.1:0)
+	Token    string
+	// Members bootstraps a new group (ID -> Raft address, this replica
+	// included); empty means a group of this replica alone.
+	Members map[string]string
+	// The root directory's layout: chunk size and stripe.
+	ChunkSize, Stripe int
+	// Once ExpectTargets targets have registered and no chain table exists,
+	// the leader creates table 1: one chain per target, Replicas long.
+	ExpectTargets, Replicas int
+	Logger                  *slog.Logger
+}
+
+// Control is a running control-plane replica.
+type Control struct {
+	Addr    string
+	replica *meta.Replica
+	gs      *grpc.Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// StartControl starts a control-plane replica.
+func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
+	if cfg.ID == "" {
+		cfg.ID = "meta"
+	}
+	if cfg.RaftBind == "" {
+		cfg.RaftBind = "127.0.0.1:0"
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = "127.0.0.1:0"
+	}
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = 1 << 20
+	}
+	cfg.Logger = quiet(cfg.Logger)
+	c := &Control{}
+	bg, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	fail := func(err error) (*Control, error) {
+		c.Close()
+		return nil, err
+	}
+	var err error
+	c.replica, err = meta.StartReplica(meta.ReplicaConfig{ID: cfg.ID, Dir: cfg.Dir, Bind: cfg.RaftBind,
+		RootLayout: &metapb.Layout{ChainTable: 1, ChunkSize: uint32(cfg.ChunkSize), Stripe: uint32(cfg.Stripe)}, Fast: true})
+	if err != nil {
+		return fail(err)
+	}
+	members := cfg.Members
+	if len(members) == 0 {
+		members = map[string]string{cfg.ID: c.replica.Addr()}
+	}
+	if err := c.replica.Bootstrap(members); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fail(err)
+	}
+	det := mgmtd.NewDetector(c.replica, 3*time.Second, cfg.Logger)
+	c.spawn(func() { det.Run(bg) })
+	unary, stream := rpc.TokenAuth(cfg.Token)
+	c.gs = grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
+	metapb.RegisterMetaServer(c.gs, meta.NewService(c.replica))
+	mgmtdpb.RegisterMgmtdServer(c.gs, mgmtd.NewService(c.replica, det))
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fail(fmt.Errorf("cluster: listen %s: %w", cfg.Listen, err))
+	}
+	c.Addr = ln.Addr().String()
+	c.spawn(func() { c.gs.Serve(ln) })
+	if cfg.ExpectTargets > 0 {
+		c.spawn(func() { c.createTable(bg, cfg.ExpectTargets, max(1, min(cfg.Replicas, cfg.ExpectTargets))) })
+	}
+	// The collector deletes unlinked files' chunks through its own client.
+	tr, err := tcp.New(tcp.Config{Secret: FabricSecret(cfg.Token), Logger: cfg.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	c.spawn(func() { c.collect(bg, tr, cfg) })
+	return c, nil
+}
+
+// createTable makes chain table 1 once enough targets registered.
+func (c *Control) createTable(ctx context.Context, targets, replicas int) {
+	for ctx.Err() == nil {
+		if c.replica.IsLeader() {
+			m, err := c.replica.ClusterMap()
+			if err == nil && len(m.Tables) > 0 {
+				return
+			}
+			if err == nil && len(m.Targets) >= targets {
+				if err := c.replica.ProposeCluster(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{
+					Table: 1, Replicas: uint32(replicas), Chains: uint32(len(m.Targets))}}}); err == nil {
+					return
+				}
+			}
+		}
+		select {
+		case <-c.replica.ClusterChanged():
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func (c *Control) collect(ctx context.Context, tr *tcp.Transport, cfg ControlConfig) {
+	conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	routing, err := mgmtd.WatchRouting(rpc.WithToken(ctx, cfg.Token), mgmtdpb.NewMgmtdClient(conn), cfg.Logger)
+	if err != nil {
+		return
+	}
+	defer routing.Close()
+	ep, err := tr.Dialer("collector")
+	if err != nil {
+		return
+	}
+	defer ep.Close()
+	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: storage.NewClient(ep, routing), Map: c.replica.ClusterMap}, time.Minute, cfg.Logger)
+	col.Run(ctx, 10*time.Second)
+}
+
+// IsLeader reports whether this replica leads the group.
+func (c *Control) IsLeader() bool { return c.replica != nil && c.replica.IsLeader() }
+
+func (c *Control) spawn(fn func()) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		fn()
+	}()
+}
+
+// Close stops the replica.
+func (c *Control) Close() error {
 	c.cancel()
-	for _, n := range c.nodes {
-		n.Close()
-	}
-	if c.routing != nil {
-		c.routing.Close()
-	}
-	for _, ep := range c.eps {
-		ep.Close()
-	}
 	if c.gs != nil {
 		c.gs.Stop()
 	}
-	if c.conn != nil {
-		c.conn.Close()
-	}
 	c.wg.Wait()
-	for _, e := range c.engines {
-		e.Close()
-	}
 	if c.replica != nil {
 		c.replica.Close()
+	}
+	return nil
+}
+
+// StorageConfig configures a storage node.
+type StorageConfig struct {
+	Dir          string // target directories go under it, one per target
+	Cluster      string // the control plane's gRPC address
+	Token        string
+	NodeID       string   // the node's name in the cluster map
+	FabricListen string   // the fabric address (default 127.0.0.1:0)
+	Targets      []uint32 // the node's targets
+	ChunkSize    int      // the largest chunk it must hold (default 4 MiB)
+	Logger       *slog.Logger
+}
+
+// Storage is a running storage node.
+type Storage struct {
+	ep      fabric.Endpoint
+	conn    *grpc.ClientConn
+	routing *mgmtd.WatchedRouting
+	engines []*storage.Engine
+	node    *storage.Node
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// StartStorage starts a storage node: it registers with mgmtd, heartbeats,
+// follows the routing, and serves its targets.
+func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
+	if cfg.FabricListen == "" {
+		cfg.FabricListen = "127.0.0.1:0"
+	}
+	cfg.ChunkSize = max(cfg.ChunkSize, 4<<20)
+	cfg.Logger = quiet(cfg.Logger)
+	s := &Storage{}
+	bg, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	fail := func(err error) (*Storage, error) {
+		s.Close()
+		return nil, err
+	}
+	tr, err := tcp.New(tcp.Config{Secret: FabricSecret(cfg.Token), Logger: cfg.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	if s.ep, err = tr.Listen(cfg.FabricListen); err != nil {
+		return fail(err)
+	}
+	targets := map[storage.TargetID]*storage.Engine{}
+	for _, t := range cfg.Targets {
+		e, err := storage.OpenEngine(storage.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", t)), MaxChunkSize: cfg.ChunkSize})
+		if err != nil {
+			return fail(err)
+		}
+		s.engines = append(s.engines, e)
+		targets[storage.TargetID(t)] = e
+	}
+	if s.conn, err = grpc.NewClient(cfg.Cluster, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		return fail(err)
+	}
+	mc := mgmtdpb.NewMgmtdClient(s.conn)
+	actx := rpc.WithToken(bg, cfg.Token)
+	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer rcancel()
+	var agent *mgmtd.Agent
+	for {
+		agent, err = mgmtd.NewAgent(rpc.WithToken(rctx, cfg.Token), mc, &mgmtdpb.Node{Id: cfg.NodeID, Address: string(s.ep.ID())}, cfg.Targets, 500*time.Millisecond, cfg.Logger)
+		if err == nil || rctx.Err() != nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the control plane may still be electing
+	}
+	if err != nil {
+		return fail(fmt.Errorf("cluster: register node %s: %w", cfg.NodeID, err))
+	}
+	agent = mgmtd.RebindAgent(agent, actx)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		agent.Run(bg)
+	}()
+	if s.routing, err = mgmtd.WatchRouting(actx, mc, cfg.Logger); err != nil {
+		return fail(err)
+	}
+	if s.node, err = storage.NewNode(storage.NodeConfig{Endpoint: s.ep, Routing: s.routing, Targets: targets,
+		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: agent.OnSynced}); err != nil {
+		return fail(err)
+	}
+	return s, nil
+}
+
+// Close stops the node.
+func (s *Storage) Close() error {
+	s.cancel()
+	if s.node != nil {
+		s.node.Close()
+	}
+	if s.routing != nil {
+		s.routing.Close()
+	}
+	if s.ep != nil {
+		s.ep.Close()
+	}
+	s.wg.Wait()
+	if s.conn != nil {
+		s.conn.Close()
+	}
+	for _, e := range s.engines {
+		e.Close()
+	}
+	return nil
+}
+
+// Config configures an embedded cluster. Zero fields take the defaults.
+type Config struct {
+	// Dir holds everything: the token, the metadata group, the targets.
+	Dir string
+	// Targets is the number of storage targets (default 3), one per node.
+	Targets int
+	// Replicas is each chain's length (default min(3, Targets)).
+	Replicas int
+	// Listen is the gRPC address for clients (default 127.0.0.1:0).
+	Listen string
+	// ChunkSize is the root directory's chunk size (default 1 MiB).
+	ChunkSize int
+	Logger    *slog.Logger
+}
+
+// Cluster is a running embedded cluster.
+type Cluster struct {
+	// Addr is the gRPC address clients connect to; Token the cluster token.
+	Addr  string
+	Token string
+
+	control *Control
+	storage []*Storage
+}
+
+// Start starts (or restarts) a whole cluster in cfg.Dir, in this process.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	if cfg.Targets <= 0 {
+		cfg.Targets = 3
+	}
+	if cfg.Replicas <= 0 {
+		cfg.Replicas = min(3, cfg.Targets)
+	}
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = 1 << 20
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	token, err := LoadToken(filepath.Join(cfg.Dir, "token"))
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{Token: token}
+	c.control, err = StartControl(ctx, ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), Listen: cfg.Listen, Token: token,
+		ChunkSize: cfg.ChunkSize, Stripe: cfg.Targets, ExpectTargets: cfg.Targets, Replicas: cfg.Replicas, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	c.Addr = c.control.Addr
+	for deadline := time.Now().Add(20 * time.Second); !c.control.IsLeader(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.Close()
+			return nil, errors.New("cluster: the metadata group elected no leader")
+		}
+	}
+	for i := 1; i <= cfg.Targets; i++ {
+		s, err := StartStorage(ctx, StorageConfig{Dir: cfg.Dir, Cluster: c.Addr, Token: token, NodeID: fmt.Sprint("node-", i),
+			Targets: []uint32{uint32(i)}, ChunkSize: cfg.ChunkSize, Logger: cfg.Logger})
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.storage = append(c.storage, s)
+	}
+	// Ready when the chain table exists and every target serves.
+	if err := c.waitReady(ctx, cfg.Targets); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) waitReady(ctx context.Context, targets int) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		m, err := c.control.replica.ClusterMap()
+		if err == nil && len(m.Tables) > 0 {
+			serving := 0
+			for _, t := range m.Targets {
+				if t.State == mgmtdpb.TargetState_SERVING {
+					serving++
+				}
+			}
+			if serving >= targets {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return errors.New("cluster: storage never came up")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Close stops everything, storage first, the control plane last.
+func (c *Cluster) Close() error {
+	for _, s := range c.storage {
+		s.Close()
+	}
+	if c.control != nil {
+		c.control.Close()
 	}
 	return nil
 }

@@ -34,6 +34,15 @@ func NewAgent(ctx context.Context, client mgmtdpb.MgmtdClient, node *mgmtdpb.Nod
 	return a, nil
 }
 
+// RebindAgent returns a's agent with ctx (carrying the token) for its
+// later calls: registration may use a short-lived context, heartbeats the
+// node's own.
+func RebindAgent(a *Agent, ctx context.Context) *Agent {
+	b := *a
+	b.ctx = ctx
+	return &b
+}
+
 // Run heartbeats every interval until ctx ends.
 func (a *Agent) Run(ctx context.Context) {
 	t := time.NewTicker(a.interval)
