@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/sdk"
+)
+
+const cliChildEnv = "SLUICE_CLI_CHILD_ARGS"
+
+func TestMain(m *testing.M) {
+	if args := os.Getenv(cliChildEnv); args != "" {
+		var argv []string
+		json.Unmarshal([]byte(args), &argv)
+		root := newRoot()
+		root.SetArgs(argv)
+		if err := root.Execute(); err != nil {
+			fmt.Fprintln(os.Stderr, "sluice:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// startProc runs `sluice ARGS...` as a child process and waits for its
+// first line of output.
+func startProc(t *testing.T, want string, args ...string) *exec.Cmd {
+	t.Helper()
+	b, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), cliChildEnv+"="+string(b))
+	out, _ := cmd.StdoutPipe()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Scan()
+		line <- sc.Text()
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case l := <-line:
+		if !strings.Contains(l, want) {
+			t.Fatalf("sluice %v said %q: %s", args, l, stderr.String())
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatalf("sluice %v did not start: %s", args, stderr.String())
+	}
+	return cmd
+}
+
+func writeJSON(t *testing.T, path string, v any) {
+	b, _ := json.Marshal(v)
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSeparateProcesses: `sluice server` as one meta and three storage
+// processes; a file written through the SDK survives SIGKILL of a storage
+// process, writes go on, the process restarts on its data, resyncs, and
+// serves again.
+func TestSeparateProcesses(t *testing.T) {
+	dir := t.TempDir()
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := ln.Addr().String()
+	ln.Close()
+	tokenFile := filepath.Join(dir, "token")
+	writeJSON(t, filepath.Join(dir, "meta.json"), map[string]any{"dir": filepath.Join(dir, "m"), "token_file": tokenFile,
+		"meta": map[string]any{"listen": addr, "expect_targets": 3, "replicas": 3, "stripe": 3, "chunk_size": 64 << 10}})
+	startProc(t, "meta serving", "server", "--role", "meta", "--config", filepath.Join(dir, "meta.json"))
+	storageArgs := func(i int) []string {
+		cfg := filepath.Join(dir, fmt.Sprintf("s%d.json", i))
+		writeJSON(t, cfg, map[string]any{"dir": filepath.Join(dir, fmt.Sprint("s", i)), "token_file": tokenFile,
+			"storage": map[string]any{"cluster": addr, "node_id": fmt.Sprint("s", i), "targets": []int{i}}})
+		return []string{"server", "--role", "storage", "--config", cfg}
+	}
+	procs := map[int]*exec.Cmd{}
+	for i := 1; i <= 3; i++ {
+		procs[i] = startProc(t, "storage node", storageArgs(i)...)
+	}
+	token, _ := os.ReadFile(tokenFile)
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: addr, Token: strings.TrimSpace(string(token))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	status := func() string {
+		var b bytes.Buffer
+		cl.Status(ctx, &b)
+		return b.String()
+	}
+	waitFor := func(what, s string) {
+		t.Helper()
+		for !strings.Contains(status(), s) {
+			if ctx.Err() != nil {
+				t.Fatalf("never: %s\n%s", what, status())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitFor("chain table", "chain 1")
+	put := func(name string, data []byte) {
+		t.Helper()
+		f, err := cl.Create(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(name string, data []byte) {
+		t.Helper()
+		f, err := cl.Open(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(data))
+		if n, err := f.ReadAt(got, 0); n != len(data) || (err != nil && !errors.Is(err, io.EOF)) || !bytes.Equal(got, data) {
+			t.Fatalf("%s: read %d bytes (%v), equal=%v", name, n, err, bytes.Equal(got, data))
+		}
+	}
+	a, b := fabrictest.RandBytes(1, 2<<20), fabrictest.RandBytes(2, 1<<20)
+	put("/a", a)
+	procs[2].Process.Kill() // SIGKILL
+	procs[2].Wait()
+	check("/a", a)
+	put("/b", b)
+	waitFor("target 2 offline", "target 2: offline")
+	procs[2] = startProc(t, "storage node", storageArgs(2)...)
+	waitFor("target 2 serving", "target 2: serving")
+	check("/a", a)
+	check("/b", b)
+}

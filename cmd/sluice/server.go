@@ -1,0 +1,110 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicefs/sluice/server/cluster"
+)
+
+// serverConfig is `sluice server --config FILE`: JSON, one process's part.
+//
+//	{"dir": "/srv/sluice", "token_file": "/etc/sluice/token",
+//	 "meta": {"id": "m1", "raft_bind": "10.0.0.1:7401", "listen": "10.0.0.1:7400",
+//	          "members": {"m1": "10.0.0.1:7401", ...}, "chunk_size": 1048576,
+//	          "stripe": 8, "expect_targets": 12, "replicas": 3},
+//	 "storage": {"cluster": "10.0.0.1:7400", "node_id": "s1",
+//	             "fabric_listen": "10.0.0.5:7410", "targets": [1, 2, 3]}}
+type serverConfig struct {
+	Dir       string `json:"dir"`
+	TokenFile string `json:"token_file"`
+	Meta      struct {
+		ID            string            `json:"id"`
+		RaftBind      string            `json:"raft_bind"`
+		Listen        string            `json:"listen"`
+		Members       map[string]string `json:"members"`
+		ChunkSize     int               `json:"chunk_size"`
+		Stripe        int               `json:"stripe"`
+		ExpectTargets int               `json:"expect_targets"`
+		Replicas      int               `json:"replicas"`
+	} `json:"meta"`
+	Storage struct {
+		Cluster      string   `json:"cluster"`
+		NodeID       string   `json:"node_id"`
+		FabricListen string   `json:"fabric_listen"`
+		Targets      []uint32 `json:"targets"`
+		ChunkSize    int      `json:"chunk_size"`
+	} `json:"storage"`
+}
+
+func newServerCmd() *cobra.Command {
+	var role, config string
+	cmd := &cobra.Command{
+		Use:   "server --role meta|storage --config FILE",
+		Short: "Run one process of a cluster: a control-plane replica or a storage node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			b, err := os.ReadFile(config)
+			if err != nil {
+				return err
+			}
+			var cfg serverConfig
+			if err := json.Unmarshal(b, &cfg); err != nil {
+				return fmt.Errorf("config %s: %w", config, err)
+			}
+			if cfg.Dir == "" {
+				return fmt.Errorf("config %s: no dir", config)
+			}
+			if cfg.TokenFile == "" {
+				cfg.TokenFile = filepath.Join(cfg.Dir, "token")
+			}
+			os.MkdirAll(cfg.Dir, 0o755)
+			token, err := cluster.LoadToken(cfg.TokenFile)
+			if err != nil {
+				return err
+			}
+			var closer interface{ Close() error }
+			switch role {
+			case "meta":
+				m := cfg.Meta
+				c, err := cluster.StartControl(cmd.Context(), cluster.ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), ID: m.ID, RaftBind: m.RaftBind,
+					Listen: m.Listen, Token: token, Members: m.Members, ChunkSize: m.ChunkSize, Stripe: m.Stripe, ExpectTargets: m.ExpectTargets, Replicas: m.Replicas})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "meta serving on %s\n", c.Addr)
+				closer = c
+			case "storage":
+				s := cfg.Storage
+				n, err := cluster.StartStorage(cmd.Context(), cluster.StorageConfig{Dir: cfg.Dir, Cluster: s.Cluster, Token: token, NodeID: s.NodeID,
+					FabricListen: s.FabricListen, Targets: s.Targets, ChunkSize: s.ChunkSize})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "storage node %s serving targets %v\n", s.NodeID, s.Targets)
+				closer = n
+			default:
+				return fmt.Errorf("--role must be meta or storage, not %q", role)
+			}
+			defer closer.Close()
+			stop := make(chan os.Signal, 1)
+			signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+			select {
+			case <-stop:
+			case <-cmd.Context().Done():
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&role, "role", "", "meta or storage")
+	cmd.Flags().StringVar(&config, "config", "", "the process's JSON config")
+	cmd.MarkFlagRequired("role")
+	cmd.MarkFlagRequired("config")
+	return cmd
+}
