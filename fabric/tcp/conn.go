@@ -171,6 +171,11 @@ func (c *conn) deadline(ctx context.Context, now time.Time) time.Time {
 func (c *conn) send(ctx context.Context, head []byte, data [][]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	return c.sendLocked(ctx, head, data)
+}
+
+// sendLocked is send with c.wmu held.
+func (c *conn) sendLocked(ctx context.Context, head []byte, data [][]byte) error {
 	now := time.Now()
 	dl := c.deadline(ctx, now)
 	if c.wdl.IsZero() || dl.Before(c.wdl) || c.wdl.Before(now) || dl.Sub(c.wdl) > time.Second {

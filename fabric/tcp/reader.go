@@ -262,9 +262,9 @@ func releaseAll(spans []fabric.Span) {
 }
 
 // serve sends the reply to a request of the peer's, running its handler first
-// if it is a call.
+// if it is a call. Every path ends in exactly one sendReply, which gives the
+// request's in-flight slot back.
 func (c *conn) serve(w *work) {
-	defer c.serving.Add(-1)
 	h := header{typ: w.typ + 1, id: w.id}
 	switch {
 	case w.typ == typeCall:
@@ -290,9 +290,18 @@ func (c *conn) serve(w *work) {
 	}
 }
 
-// sendReply sends a reply frame and returns it to the pool.
+// sendReply sends a reply frame, returns it to the pool and gives the
+// request's in-flight slot back. The slot is freed once we hold the write
+// lock, before any byte of the reply can reach the peer: a peer that sends
+// its next request as soon as a reply arrives must find the slot free, and
+// replies still waiting for the lock keep theirs, so the goroutines a peer
+// can park here stay bounded by the limit (plus the one writing).
 func (c *conn) sendReply(frame []byte, data [][]byte) {
-	if err := c.send(c.ep.ctx, frame, data); err != nil {
+	c.wmu.Lock()
+	c.serving.Add(-1)
+	err := c.sendLocked(c.ep.ctx, frame, data)
+	c.wmu.Unlock()
+	if err != nil {
 		c.ep.log.Debug("fabric reply not sent", "peer", c.peer, "err", err)
 	}
 	c.ep.bufs.put(frame)
