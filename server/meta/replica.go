@@ -19,6 +19,7 @@ import (
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/server/internal/pebbledb"
 	"github.com/sluicefs/sluice/server/raftstore"
 )
 
@@ -70,7 +71,7 @@ func StartReplica(cfg ReplicaConfig) (*Replica, error) {
 	if r.store, err = raftstore.Open(filepath.Join(cfg.Dir, "raft")); err != nil {
 		return fail(err)
 	}
-	if r.fsmDB, err = pebble.Open(filepath.Join(cfg.Dir, "state"), &pebble.Options{Logger: quietPebble{}}); err != nil {
+	if r.fsmDB, err = pebbledb.Open(filepath.Join(cfg.Dir, "state")); err != nil {
 		return fail(fmt.Errorf("open namespace state: %w", err))
 	}
 	if r.fsm, err = NewFSM(r.fsmDB, cfg.RootLayout); err != nil {
@@ -257,12 +258,4 @@ func (r *Replica) Close() error {
 		r.fsmDB.Close()
 	}
 	return nil
-}
-
-type quietPebble struct{}
-
-func (quietPebble) Infof(string, ...any)  {}
-func (quietPebble) Errorf(string, ...any) {}
-func (quietPebble) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }

@@ -8,6 +8,8 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/raft"
+
+	"github.com/sluicefs/sluice/server/internal/pebbledb"
 )
 
 // ErrKeyNotFound is what Get returns for a key never set. hashicorp/raft
@@ -26,7 +28,7 @@ var (
 
 // Open opens (or creates) the store in dir.
 func Open(dir string) (*Store, error) {
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
+	db, err := pebbledb.Open(dir)
 	if err != nil {
 		return nil, fmt.Errorf("open raft store %s: %w", dir, err)
 	}
@@ -210,12 +212,4 @@ func decodeLog(b []byte, l *raft.Log) error {
 	}
 	l.Extensions = append([]byte(nil), b...)
 	return nil
-}
-
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicefs/sluice/proto/storagepb"
+	"github.com/sluicefs/sluice/server/internal/pebbledb"
 )
 
 // ChunkID names chunk Index of file Inode.
@@ -118,7 +119,7 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	if err := e.fs.MkdirAll(e.chunks); err != nil {
 		return nil, fmt.Errorf("open target %s: %w", cfg.Dir, err)
 	}
-	db, err := pebble.Open(join(cfg.Dir, "meta"), &pebble.Options{Logger: quietLogger{}})
+	db, err := pebbledb.Open(join(cfg.Dir, "meta"))
 	if err != nil {
 		return nil, fmt.Errorf("open target %s metadata: %w", cfg.Dir, err)
 	}
@@ -627,13 +628,4 @@ func (e *Engine) Remove(id ChunkID) error {
 		l.Unlock()
 	}
 	return nil
-}
-
-// quietLogger keeps Pebble's informational chatter out of our logs.
-type quietLogger struct{}
-
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf(format, args...))
 }
