@@ -12,23 +12,22 @@ import (
 	"github.com/sluicefs/sluice/server/cluster"
 )
 
-// BenchmarkReadAt: 1 MiB reads at random chunk-aligned offsets of a 64 MiB
-// file in an embedded cluster (3 targets, 3 replicas, TCP fabric), against
-// pread of the same bytes from a local file in the page cache, alternating.
-func BenchmarkReadAt(b *testing.B) {
-	const size, fileSize = 1 << 20, 64 << 20
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+// benchFile starts an embedded cluster (3 targets, 3 replicas, TCP fabric),
+// writes fileSize random bytes to one file in it and the same bytes to a
+// local file, and returns the client, the open Sluice file and the open
+// local file (the baseline's, in the page cache).
+func benchFile(ctx context.Context, b *testing.B, fileSize int) (*Client, *File, *os.File) {
+	b.Helper()
 	c, err := cluster.Start(ctx, cluster.Config{Dir: b.TempDir(), Targets: 3})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(func() { c.Close() })
 	cl, err := Connect(ctx, Config{Cluster: c.Addr, Token: c.Token})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cl.Close()
+	b.Cleanup(func() { cl.Close() })
 	data := fabrictest.RandBytes(1, fileSize)
 	f, err := cl.Create(ctx, "/bench.bin")
 	if err != nil {
@@ -37,15 +36,33 @@ func BenchmarkReadAt(b *testing.B) {
 	if _, err := f.WriteAt(data, 0); err != nil {
 		b.Fatal(err)
 	}
-	f.Close()
+	if err := f.Close(); err != nil {
+		b.Fatal(err)
+	}
 	r, err := cl.Open(ctx, "/bench.bin")
 	if err != nil {
 		b.Fatal(err)
 	}
 	local := filepath.Join(b.TempDir(), "bench.bin")
-	os.WriteFile(local, data, 0o644)
-	lf, _ := os.Open(local)
-	defer lf.Close()
+	if err := os.WriteFile(local, data, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	lf, err := os.Open(local)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { lf.Close() })
+	return cl, r, lf
+}
+
+// BenchmarkReadAt: 1 MiB reads at random chunk-aligned offsets of a 64 MiB
+// file in an embedded cluster, against pread of the same bytes from a local
+// file in the page cache, alternating.
+func BenchmarkReadAt(b *testing.B) {
+	const size, fileSize = 1 << 20, 64 << 20
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	_, r, lf := benchFile(ctx, b, fileSize)
 	buf, lbuf := make([]byte, size), make([]byte, size)
 	rng := rand.New(rand.NewPCG(1, 2))
 	op := func() {
@@ -72,28 +89,11 @@ func BenchmarkBatchedRead(b *testing.B) {
 		const size, fileSize, batch = 4 << 10, 64 << 20, 64
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		c, err := cluster.Start(ctx, cluster.Config{Dir: b.TempDir(), Targets: 3})
+		cl, r, lf := benchFile(ctx, b, fileSize)
+		buf, err := cl.NewBuffer(batch * size)
 		if err != nil {
 			b.Fatal(err)
 		}
-		defer c.Close()
-		cl, err := Connect(ctx, Config{Cluster: c.Addr, Token: c.Token})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer cl.Close()
-		data := fabrictest.RandBytes(1, fileSize)
-		f, _ := cl.Create(ctx, "/b.bin")
-		if _, err := f.WriteAt(data, 0); err != nil {
-			b.Fatal(err)
-		}
-		f.Close()
-		r, _ := cl.Open(ctx, "/b.bin")
-		local := filepath.Join(b.TempDir(), "b.bin")
-		os.WriteFile(local, data, 0o644)
-		lf, _ := os.Open(local)
-		defer lf.Close()
-		buf, _ := cl.NewBuffer(batch * size)
 		defer buf.Release()
 		lbuf := make([]byte, size)
 		rng := rand.New(rand.NewPCG(3, 4))
