@@ -13,7 +13,6 @@ import (
 
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
 )
 
@@ -22,19 +21,9 @@ import (
 // up; when it heartbeats again it rejoins as syncing, and serves once its
 // predecessor reports it in sync.
 func TestDetector(t *testing.T) {
-	r, err := meta.StartReplica(meta.ReplicaConfig{ID: "m", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: &metapb.Layout{ChunkSize: 1 << 20, Stripe: 1}, Fast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := r.Bootstrap(map[string]string{"m": r.Addr()}); err != nil {
-		t.Fatal(err)
-	}
+	r := soloReplica(t, &metapb.Layout{ChunkSize: 1 << 20, Stripe: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for !r.IsLeader() {
-		time.Sleep(10 * time.Millisecond)
-	}
 	for n := 1; n <= 3; n++ {
 		err := r.ProposeCluster(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_RegisterNode{RegisterNode: &mgmtdpb.RegisterNode{
 			Node: &mgmtdpb.Node{Id: fmt.Sprint("n", n), Address: fmt.Sprintf("127.0.0.1:%d", 7400+n)}, Targets: []uint32{uint32(n)}}}})

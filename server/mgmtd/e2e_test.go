@@ -5,12 +5,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
@@ -33,25 +29,8 @@ import (
 func TestStorageUnderMgmtd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	r, err := meta.StartReplica(meta.ReplicaConfig{ID: "m", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: &metapb.Layout{ChainTable: 1, ChunkSize: 64 << 10, Stripe: 1}, Fast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	r.Bootstrap(map[string]string{"m": r.Addr()})
-	for !r.IsLeader() {
-		time.Sleep(10 * time.Millisecond)
-	}
-	d := mgmtd.NewDetector(r, time.Second, quiet)
-	go d.Run(ctx)
-	unary, stream := rpc.TokenAuth("tok")
-	gs := grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
-	mgmtdpb.RegisterMgmtdServer(gs, mgmtd.NewService(r, d))
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go gs.Serve(ln)
-	defer gs.Stop()
-	conn, _ := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	defer conn.Close()
+	r := soloReplica(t, &metapb.Layout{ChainTable: 1, ChunkSize: 64 << 10, Stripe: 1})
+	conn := serveMgmtd(ctx, t, r)
 	mc := mgmtdpb.NewMgmtdClient(conn)
 	actx := rpc.WithToken(ctx, "tok")
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,15 +12,12 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
 	"github.com/sluicefs/sluice/server/rpc"
 	"github.com/sluicefs/sluice/server/storage"
@@ -33,32 +29,10 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // client watches the routing stream, and sees a target whose heartbeats
 // stop leave its chain, come back syncing, and serve again.
 func TestServiceAndWatch(t *testing.T) {
-	r, err := meta.StartReplica(meta.ReplicaConfig{ID: "m", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: &metapb.Layout{ChunkSize: 1 << 20, Stripe: 1}, Fast: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	if err := r.Bootstrap(map[string]string{"m": r.Addr()}); err != nil {
-		t.Fatal(err)
-	}
-	for !r.IsLeader() {
-		time.Sleep(10 * time.Millisecond)
-	}
+	r := soloReplica(t, &metapb.Layout{ChunkSize: 1 << 20, Stripe: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	d := mgmtd.NewDetector(r, time.Second, quiet)
-	go d.Run(ctx)
-	unary, stream := rpc.TokenAuth("tok")
-	gs := grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
-	mgmtdpb.RegisterMgmtdServer(gs, mgmtd.NewService(r, d))
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	go gs.Serve(ln)
-	defer gs.Stop()
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := serveMgmtd(ctx, t, r)
 	c := mgmtdpb.NewMgmtdClient(conn)
 	if _, err := c.GetClusterMap(ctx, &mgmtdpb.Empty{}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without the token: %v", err)
@@ -124,7 +98,7 @@ func TestServiceAndWatch(t *testing.T) {
 	}
 
 	// The same service over REST/JSON, with the token and without.
-	gw, err := rpc.Gateway(ctx, ln.Addr().String(), nil, mgmtdpb.RegisterMgmtdHandlerFromEndpoint)
+	gw, err := rpc.Gateway(ctx, conn.Target(), nil, mgmtdpb.RegisterMgmtdHandlerFromEndpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
