@@ -267,11 +267,14 @@ func readRoutingFile(path string) (*Routing, error) {
 func WriteRoutingFile(path string, r *Routing) error {
 	b, err := json.Marshal(r)
 	if err != nil {
-		return err
+		return fmt.Errorf("encode routing: %w", err)
 	}
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return fmt.Errorf("write routing: %w", err)
 	}
-	return os.Rename(tmp, path)
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("replace routing %s: %w", path, err)
+	}
+	return nil
 }
