@@ -608,21 +608,8 @@ func (c *rc) sendMsg(ctx context.Context, h msgHeader, parts ...[]byte) error {
 	for _, p := range parts {
 		off += copy(buf[off:], p)
 	}
-	id, w, err := c.ep.comps.expect()
-	if err != nil {
-		return err
-	}
-	if err := c.qp.postSend(id, buf, c.ep.send.lkey()); err != nil {
-		c.ep.comps.forget(id)
-		c.fail(err)
-		return err
-	}
 	// The slot is reusable once the send completes, whatever ctx says.
-	if err := c.await(w); err != nil {
-		c.fail(err)
-		return err
-	}
-	return nil
+	return c.postAndWait(func(id uint64) error { return c.qp.postSend(id, buf, c.ep.send.lkey()) })
 }
 
 // await waits for a posted work request, at most IOTimeout.
@@ -836,19 +823,26 @@ func (c *rc) rdma(ctx context.Context, write bool, ops []rdmaOp) error {
 		return err
 	}
 	defer c.oneSided.grant(1)
+	return c.postAndWait(func(id uint64) error { return c.qp.postRDMA(id, write, ops) })
+}
+
+// postAndWait posts one work request (or chain) under a fresh completion id
+// and waits for its completion. A posted request cannot be recalled, so the
+// wait ignores the caller's context (it is bounded by IOTimeout): when it
+// returns, the memory the request named is the caller's again. A failed post
+// or an error completion leaves an RC queue pair in the error state, so
+// either fails the connection.
+func (c *rc) postAndWait(post func(id uint64) error) error {
 	id, w, err := c.ep.comps.expect()
 	if err != nil {
 		return err
 	}
-	if err := c.qp.postRDMA(id, write, ops); err != nil {
+	if err := post(id); err != nil {
 		c.ep.comps.forget(id)
 		c.fail(err)
 		return err
 	}
-	// A posted request cannot be recalled: wait for it (bounded by
-	// IOTimeout) so that the caller's buffer is ours again when we return.
 	if err := c.await(w); err != nil {
-		// Any error completion leaves an RC queue pair in the error state.
 		c.fail(err)
 		return err
 	}
