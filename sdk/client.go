@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -309,24 +310,40 @@ func (c *Client) Status(ctx context.Context, w io.Writer) error {
 }
 
 // Buffer is memory registered with the data plane: reads into it land with
-// no copy (ReadBatch). Free it with Release.
+// no copy (ReadBatch). It is mapped memory, not Go heap, so it may be handed
+// to C (Arrow's C data interface, libsluice). Free it with Release.
 type Buffer struct {
 	B  []byte
 	mr fabric.MR
 }
 
-// NewBuffer registers n bytes for batched I/O.
+// NewBuffer maps and registers n bytes for batched I/O.
 func (c *Client) NewBuffer(n int) (*Buffer, error) {
-	b := make([]byte, n)
+	if n <= 0 {
+		return nil, fmt.Errorf("new buffer: size %d", n)
+	}
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return nil, fmt.Errorf("new buffer of %d bytes: %w", n, err)
+	}
 	mr, err := c.ep.RegisterMemory(b, fabric.AccessRemoteReadWrite)
 	if err != nil {
+		unix.Munmap(b)
 		return nil, err
 	}
 	return &Buffer{B: b, mr: mr}, nil
 }
 
-// Release deregisters the buffer.
-func (b *Buffer) Release() error { return b.mr.Deregister() }
+// Release deregisters and unmaps the buffer; it waits for accesses in
+// flight, and B must not be used afterwards.
+func (b *Buffer) Release() error {
+	err := b.mr.Deregister()
+	if uerr := unix.Munmap(b.B); err == nil {
+		err = uerr
+	}
+	b.B = nil
+	return err
+}
 
 // ReadOp is one range of a batched read: N bytes of File at Off into Buf at
 // BufOff.

@@ -1,6 +1,9 @@
 package meta
 
-import "github.com/sluicefs/sluice/proto/metapb"
+import (
+	"github.com/sluicefs/sluice/internal/mix"
+	"github.com/sluicefs/sluice/proto/metapb"
+)
 
 // Where a file's chunks live. A file uses Stripe consecutive chains of its
 // chain table, starting at a place its inode number picks, and chunk i
@@ -10,19 +13,9 @@ import "github.com/sluicefs/sluice/proto/metapb"
 // the same chains (the test vectors in layout_test.go pin it): consecutive
 // chunks scatter over the stripe, and files spread over the table.
 
-// mix64 is SplitMix64's finalizer: a bijection of uint64.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
-}
-
 // chunkPerm is the keyed bijection: the chunk index, keyed by the inode.
 func chunkPerm(ino, index uint64) uint64 {
-	return mix64(index ^ mix64(ino+0x9e3779b97f4a7c15))
+	return mix.Mix64(index ^ mix.Mix64(ino+0x9e3779b97f4a7c15))
 }
 
 // ChunkChain returns the chain that holds chunk index of file ino with
@@ -36,7 +29,7 @@ func ChunkChain(table []uint32, l *metapb.Layout, ino uint64, index uint64) uint
 	if stripe == 0 || stripe > n {
 		stripe = n
 	}
-	start := mix64(ino) % n
+	start := mix.Mix64(ino) % n
 	j := chunkPerm(ino, index) % stripe
 	return table[(start+j)%n]
 }

@@ -1,0 +1,154 @@
+package dataset
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/sluicefs/sluice/sdk"
+)
+
+// arena is one registered buffer carved into the Arrow buffers of batches.
+// Storage pushes sample bytes straight into it and Arrow arrays point at
+// it, so a batch is built with no copy. A piece returns to the arena when
+// the last Arrow buffer over it is released (the arena is their
+// memory.Allocator); the mapping itself goes when the arena is closed and
+// every piece is back. Its size is the loader's memory budget: allocation
+// waits while the budget is in use.
+type arena struct {
+	buf  *sdk.Buffer
+	base uintptr
+
+	mu      sync.Mutex
+	free    []span      // sorted by offset, coalesced
+	used    map[int]int // offset -> size of pieces handed out
+	changed chan struct{}
+	closed  bool
+}
+
+type span struct{ off, n int }
+
+const align = 64 // Arrow's buffer alignment
+
+func newArena(c *sdk.Client, size int) (*arena, error) {
+	size = (size + align - 1) &^ (align - 1)
+	buf, err := c.NewBuffer(size)
+	if err != nil {
+		return nil, fmt.Errorf("batch memory of %d bytes: %w", size, err)
+	}
+	return &arena{buf: buf, base: uintptr(unsafe.Pointer(&buf.B[0])), free: []span{{0, size}},
+		used: map[int]int{}, changed: make(chan struct{})}, nil
+}
+
+func (a *arena) size() int { return len(a.buf.B) }
+
+// alloc reserves n bytes (64-byte aligned), waiting for space until ctx ends.
+func (a *arena) alloc(ctx context.Context, n int) (int, error) {
+	n = max(align, (n+align-1)&^(align-1))
+	if n > a.size() {
+		return 0, fmt.Errorf("a batch buffer of %d bytes exceeds the loader's memory budget of %d bytes", n, a.size())
+	}
+	for {
+		a.mu.Lock()
+		if a.closed {
+			a.mu.Unlock()
+			return 0, fmt.Errorf("loader closed")
+		}
+		for i, s := range a.free {
+			if s.n >= n {
+				if s.n == n {
+					a.free = append(a.free[:i], a.free[i+1:]...)
+				} else {
+					a.free[i] = span{s.off + n, s.n - n}
+				}
+				a.used[s.off] = n
+				a.mu.Unlock()
+				return s.off, nil
+			}
+		}
+		wait := a.changed
+		a.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("waiting for batch memory: %w", ctx.Err())
+		}
+	}
+}
+
+// buffer wraps piece [off, off+n) as an Arrow buffer that gives the piece
+// back when released.
+func (a *arena) buffer(off, n int) *memory.Buffer {
+	a.mu.Lock()
+	end := off + a.used[off]
+	a.mu.Unlock()
+	return memory.NewBufferWithAllocator(a.buf.B[off:off+n:end], a)
+}
+
+// release gives a piece back.
+func (a *arena) release(off int) {
+	a.mu.Lock()
+	n, ok := a.used[off]
+	if !ok {
+		a.mu.Unlock()
+		panic(fmt.Sprintf("dataset: arena piece at %d released twice", off))
+	}
+	delete(a.used, off)
+	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
+	a.free = append(a.free, span{})
+	copy(a.free[i+1:], a.free[i:])
+	a.free[i] = span{off, n}
+	if i+1 < len(a.free) && a.free[i].off+a.free[i].n == a.free[i+1].off {
+		a.free[i].n += a.free[i+1].n
+		a.free = append(a.free[:i+1], a.free[i+2:]...)
+	}
+	if i > 0 && a.free[i-1].off+a.free[i-1].n == a.free[i].off {
+		a.free[i-1].n += a.free[i].n
+		a.free = append(a.free[:i], a.free[i+1:]...)
+	}
+	close(a.changed)
+	a.changed = make(chan struct{})
+	done := a.closed && len(a.used) == 0
+	a.mu.Unlock()
+	if done {
+		a.buf.Release()
+	}
+}
+
+// close stops new allocations; the memory is unmapped once every piece
+// handed out is back.
+func (a *arena) close() {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return
+	}
+	a.closed = true
+	close(a.changed)
+	a.changed = make(chan struct{})
+	done := len(a.used) == 0
+	a.mu.Unlock()
+	if done {
+		a.buf.Release()
+	}
+}
+
+// Free is memory.Allocator's: Arrow calls it when a buffer's last
+// reference is released.
+func (a *arena) Free(b []byte) {
+	if cap(b) == 0 {
+		return
+	}
+	a.release(int(uintptr(unsafe.Pointer(unsafe.SliceData(b))) - a.base))
+}
+
+// Allocate and Reallocate are never called: arena buffers are immutable.
+func (a *arena) Allocate(int) []byte { panic("dataset: arena buffers are not resizable") }
+
+func (a *arena) Reallocate(int, []byte) []byte {
+	panic("dataset: arena buffers are not resizable")
+}

@@ -1,0 +1,182 @@
+package dataset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"path"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+
+	"github.com/sluicefs/sluice/sdk"
+)
+
+// Dataset is an open dataset: its manifest and index in memory and its
+// shard files open.
+type Dataset struct {
+	c      *sdk.Client
+	m      *Manifest
+	ix     *index
+	shards []*sdk.File
+}
+
+// Open opens dataset name.
+func Open(ctx context.Context, c *sdk.Client, name string) (*Dataset, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	mb, err := readAll(ctx, c, path.Join(Dir(name), "manifest.json"))
+	if err != nil {
+		return nil, fmt.Errorf("open dataset %s: %w", name, err)
+	}
+	m, err := decodeManifest(name, mb)
+	if err != nil {
+		return nil, err
+	}
+	ib, err := readAll(ctx, c, path.Join(Dir(name), "index.bin"))
+	if err != nil {
+		return nil, fmt.Errorf("open dataset %s: %w", name, err)
+	}
+	ix, err := decodeIndex(m, ib)
+	if err != nil {
+		return nil, err
+	}
+	d := &Dataset{c: c, m: m, ix: ix}
+	for _, s := range m.Shards {
+		f, err := c.Open(ctx, path.Join(Dir(name), s.File))
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("open dataset %s: %w", name, err)
+		}
+		if f.Size() != s.Bytes {
+			d.Close()
+			return nil, fmt.Errorf("open dataset %s: shard %s has %d bytes, the manifest says %d", name, s.File, f.Size(), s.Bytes)
+		}
+		d.shards = append(d.shards, f)
+	}
+	return d, nil
+}
+
+func readAll(ctx context.Context, c *sdk.Client, p string) ([]byte, error) {
+	f, err := c.Open(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b := make([]byte, f.Size())
+	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b, nil
+}
+
+// Close closes the shard files. Batches already made stay valid.
+func (d *Dataset) Close() error {
+	for _, f := range d.shards {
+		f.Close()
+	}
+	d.shards = nil
+	return nil
+}
+
+// Manifest describes the dataset.
+func (d *Dataset) Manifest() *Manifest { return d.m }
+
+// Len is the number of samples.
+func (d *Dataset) Len() int64 { return d.m.Samples }
+
+// Schema is the Arrow schema of all columns.
+func (d *Dataset) Schema() *arrow.Schema {
+	s, _ := d.m.Schema()
+	return s
+}
+
+// SampleBytes is the stored size of sample i (every column).
+func (d *Dataset) SampleBytes(i int64) int64 {
+	n := d.ix.sampleBytes(i)
+	for _, f := range d.ix.fixed {
+		n += int64(d.m.Columns[f].Type.Width())
+	}
+	return n
+}
+
+// Take reads the samples at indices (any order, repeats allowed) into one
+// record batch of the named columns (all when none). Release the batch
+// when done; its memory is registered for it alone.
+func (d *Dataset) Take(ctx context.Context, indices []int64, columns ...string) (arrow.RecordBatch, error) {
+	cols, err := d.m.project(columns)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range indices {
+		if i < 0 || i >= d.m.Samples {
+			return nil, fmt.Errorf("dataset %s: sample %d out of range [0, %d)", d.m.Name, i, d.m.Samples)
+		}
+	}
+	schema, err := d.m.Schema(columns...)
+	if err != nil {
+		return nil, err
+	}
+	a, err := newArena(d.c, d.batchSize(indices, cols, false))
+	if err != nil {
+		return nil, err
+	}
+	defer a.close() // unmapped when the batch is released
+	j, err := d.prepare(ctx, a, schema, indices, cols, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := j.read(ctx); err != nil {
+		j.discard()
+		return nil, err
+	}
+	return j.record(), nil
+}
+
+// Verify reads every sample and checks its CRC32C against the index,
+// reporting progress in samples. It returns the first mismatch.
+func (d *Dataset) Verify(ctx context.Context, progress func(samples int64)) error {
+	const step = 1024
+	for lo := int64(0); lo < d.m.Samples; lo += step {
+		idx := make([]int64, 0, step)
+		for i := lo; i < min(lo+step, d.m.Samples); i++ {
+			idx = append(idx, i)
+		}
+		rec, err := d.Take(ctx, idx)
+		if err != nil {
+			return fmt.Errorf("verify %s: %w", d.m.Name, err)
+		}
+		for r, i := range idx {
+			var crc uint32
+			for c := range d.m.Columns {
+				crc = crc32.Update(crc, castagnoli, valueBytes(rec.Column(c), r))
+			}
+			if crc != d.ix.crc[i] {
+				rec.Release()
+				return fmt.Errorf("verify %s: sample %d: checksum %08x, the index says %08x", d.m.Name, i, crc, d.ix.crc[i])
+			}
+		}
+		rec.Release()
+		if progress != nil {
+			progress(idx[len(idx)-1] + 1)
+		}
+	}
+	return nil
+}
+
+// valueBytes is row r of a column as stored: the bytes of a variable-length
+// value, the little-endian bytes of a fixed-width one.
+func valueBytes(col arrow.Array, r int) []byte {
+	switch a := col.(type) {
+	case *array.Binary:
+		return a.Value(r)
+	case *array.String:
+		return []byte(a.Value(r))
+	}
+	w := col.DataType().(arrow.FixedWidthDataType).Bytes()
+	off := (col.Data().Offset() + r) * w
+	return col.Data().Buffers()[1].Bytes()[off : off+w]
+}

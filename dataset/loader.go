@@ -1,0 +1,339 @@
+package dataset
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+)
+
+// LoaderConfig says what a loader delivers.
+type LoaderConfig struct {
+	BatchSize int    // samples per batch (per rank and step)
+	Shuffle   bool   // a fresh global permutation per epoch; else natural order
+	Seed      uint64 // keys the permutation, with the epoch
+	Epoch     int64  // the epoch to start with
+	Rank      int    // this rank, of WorldSize (default 0 of 1)
+	WorldSize int
+	// Worker and Workers split a rank's steps among independent processes
+	// (DataLoader workers): worker w takes steps w, w+Workers, ...
+	Worker, Workers int
+	DropLast        bool     // drop the epoch's last partial step instead of delivering it
+	Columns         []string // projection; all columns when empty
+	// IndexColumn, when set, adds an int64 column of that name holding
+	// each row's sample index.
+	IndexColumn string
+	Readers     int   // batches read in parallel (default 4)
+	Prefetch    int64 // memory budget in bytes for batches in flight or held (default 256 MiB)
+}
+
+// State is where a loader is: enough to continue exactly, with the same or
+// another world size. It is the same on every rank after the same step.
+type State struct {
+	Version   int    `json:"version"`
+	Dataset   string `json:"dataset_hash"`
+	Seed      uint64 `json:"seed"`
+	Shuffle   bool   `json:"shuffle"`
+	Epoch     int64  `json:"epoch"`
+	Consumed  int64  `json:"consumed"` // positions of the epoch's permutation taken by all ranks
+	WorldSize int    `json:"world_size"`
+	BatchSize int    `json:"batch_size"`
+}
+
+// Batch is one step's samples as an Arrow record batch whose buffers are
+// the loader's registered read memory. Release it when done; until then
+// its memory is never reused.
+type Batch struct {
+	arrow.RecordBatch
+	Epoch   int64
+	Step    int64 // this rank's step in the epoch's plan
+	Partial bool  // the epoch's final, smaller step
+	Bytes   int64 // sample bytes read for it
+	state   State // after this step
+}
+
+// State is the loader state once this batch has been consumed.
+func (b *Batch) State() State { return b.state }
+
+// Loader delivers one rank's batches of a dataset, epoch after epoch,
+// reading ahead in parallel within a memory budget.
+type Loader struct {
+	d      *Dataset
+	cfg    LoaderConfig
+	cols   []int
+	schema *arrow.Schema
+	a      *arena
+
+	mu    sync.Mutex
+	state State // after the last batch delivered
+	run   *run
+}
+
+// run is the read-ahead of one epoch from one starting state.
+type run struct {
+	cancel context.CancelFunc
+	out    chan chan result // in step order
+	wg     sync.WaitGroup
+}
+
+type result struct {
+	b   *Batch
+	err error
+}
+
+// Loader returns a loader over d.
+func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
+	if cfg.WorldSize == 0 {
+		cfg.WorldSize = 1
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 1
+	}
+	if cfg.Readers <= 0 {
+		cfg.Readers = 4
+	}
+	if cfg.Prefetch <= 0 {
+		cfg.Prefetch = 256 << 20
+	}
+	if cfg.Worker < 0 || cfg.Worker >= cfg.Workers {
+		return nil, fmt.Errorf("loader: worker %d of %d out of range", cfg.Worker, cfg.Workers)
+	}
+	if _, err := newPlan(d.m.Samples, 0, cfg.WorldSize, cfg.Rank, cfg.BatchSize, cfg.DropLast); err != nil {
+		return nil, fmt.Errorf("loader: %w", err)
+	}
+	cols, err := d.m.project(cfg.Columns)
+	if err != nil {
+		return nil, err
+	}
+	schema, err := d.m.Schema(cfg.Columns...)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.IndexColumn != "" {
+		if schema.HasField(cfg.IndexColumn) {
+			return nil, fmt.Errorf("loader: index column %q is already a column of %s", cfg.IndexColumn, d.m.Name)
+		}
+		fields := append(schema.Fields(), arrow.Field{Name: cfg.IndexColumn, Type: arrow.PrimitiveTypes.Int64})
+		schema = arrow.NewSchema(fields, nil)
+	}
+	// The budget holds at least three of the largest possible batches, so a
+	// caller that keeps the previous batch while asking for the next never
+	// waits forever.
+	budget := max(cfg.Prefetch, 3*d.maxBatchBytes(cols, cfg))
+	a, err := newArena(d.c, int(budget))
+	if err != nil {
+		return nil, err
+	}
+	l := &Loader{d: d, cfg: cfg, cols: cols, schema: schema, a: a}
+	l.state = State{Version: 1, Dataset: d.m.Hash, Seed: cfg.Seed, Shuffle: cfg.Shuffle, Epoch: cfg.Epoch,
+		WorldSize: cfg.WorldSize, BatchSize: cfg.BatchSize}
+	return l, nil
+}
+
+// maxBatchBytes bounds one batch's arena space.
+func (d *Dataset) maxBatchBytes(cols []int, cfg LoaderConfig) int64 {
+	var largest int64
+	for i := int64(0); i < d.m.Samples; i++ {
+		var n int64
+		for v, c := range d.ix.vars {
+			for _, p := range cols {
+				if p == c {
+					_, l := d.ix.varRange(i, v)
+					n += int64(l)
+				}
+			}
+		}
+		largest = max(largest, n)
+	}
+	b := int64(cfg.BatchSize)
+	total := b*largest + int64(len(cols)+1)*(b*8+4*align)
+	return total
+}
+
+// Schema is the schema of the batches.
+func (l *Loader) Schema() *arrow.Schema { return l.schema }
+
+// Steps is how many steps this rank takes in a whole epoch.
+func (l *Loader) Steps() int64 {
+	p, _ := newPlan(l.d.m.Samples, 0, l.cfg.WorldSize, l.cfg.Rank, l.cfg.BatchSize, l.cfg.DropLast)
+	return p.steps()
+}
+
+// State is the state after the last batch delivered.
+func (l *Loader) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state
+}
+
+// Resume continues from s: the epoch and positions it records, with this
+// loader's world size, rank, batch size and worker split. The seed and
+// shuffle flag come from s.
+func (l *Loader) Resume(s State) error {
+	if s.Version != 1 {
+		return fmt.Errorf("resume: state version %d, this build reads 1", s.Version)
+	}
+	if s.Dataset != l.d.m.Hash {
+		return fmt.Errorf("resume: the state is for another dataset (hash %.12s, %s has %.12s)", s.Dataset, l.d.m.Name, l.d.m.Hash)
+	}
+	if s.Consumed < 0 || s.Consumed > l.d.m.Samples {
+		return fmt.Errorf("resume: %d consumed of %d samples", s.Consumed, l.d.m.Samples)
+	}
+	l.stop()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.state = State{Version: 1, Dataset: s.Dataset, Seed: s.Seed, Shuffle: s.Shuffle, Epoch: s.Epoch,
+		Consumed: s.Consumed, WorldSize: l.cfg.WorldSize, BatchSize: l.cfg.BatchSize}
+	return nil
+}
+
+// SetEpoch starts epoch e from its beginning.
+func (l *Loader) SetEpoch(e int64) {
+	l.stop()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.state.Epoch, l.state.Consumed = e, 0
+}
+
+// Next returns the next batch of the epoch, or io.EOF after its last; call
+// SetEpoch to go on. After an error the next call retries from the last
+// batch delivered. Not for concurrent use.
+func (l *Loader) Next(ctx context.Context) (*Batch, error) {
+	l.mu.Lock()
+	if l.run == nil {
+		l.run = l.start(l.state)
+	}
+	r := l.run
+	l.mu.Unlock()
+	var slot chan result
+	select {
+	case s, ok := <-r.out:
+		if !ok {
+			return nil, io.EOF
+		}
+		slot = s
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case res := <-slot:
+		if res.err != nil {
+			l.stop() // the next call retries from the last batch delivered
+			return nil, res.err
+		}
+		l.mu.Lock()
+		l.state = res.b.state
+		l.mu.Unlock()
+		return res.b, nil
+	case <-ctx.Done():
+		// The batch is lost to this caller: release it when it comes and
+		// restart the read-ahead from the last batch delivered.
+		go drop(slot)
+		l.stop()
+		return nil, ctx.Err()
+	}
+}
+
+// start reads ahead from state s: one goroutine reserves each step's
+// memory in step order (so a later step can never starve an earlier one)
+// and hands the reads to Readers goroutines.
+func (l *Loader) start(s State) *run {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &run{cancel: cancel, out: make(chan chan result, 2*l.cfg.Readers)}
+	jobs := make(chan func(), l.cfg.Readers)
+	for range l.cfg.Readers {
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			for j := range jobs {
+				j()
+			}
+		}()
+	}
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		defer close(jobs)
+		defer close(r.out)
+		p, err := newPlan(l.d.m.Samples, s.Consumed, l.cfg.WorldSize, l.cfg.Rank, l.cfg.BatchSize, l.cfg.DropLast)
+		if err != nil {
+			r.fail(ctx, err)
+			return
+		}
+		perm := NewPermutation(uint64(l.d.m.Samples), s.Seed, uint64(s.Epoch), s.Shuffle)
+		for step := int64(l.cfg.Worker); step < p.steps(); step += int64(l.cfg.Workers) {
+			lo, hi, partial := p.span(step)
+			samples := make([]int64, hi-lo)
+			for i := range samples {
+				samples[i] = int64(perm.At(uint64(lo + int64(i))))
+			}
+			after := s
+			after.Consumed = p.consumed(step + 1)
+			j, err := l.d.prepare(ctx, l.a, l.schema, samples, l.cols, l.cfg.IndexColumn != "")
+			if err != nil {
+				r.fail(ctx, err)
+				return
+			}
+			slot := make(chan result, 1)
+			select {
+			case r.out <- slot:
+			case <-ctx.Done():
+				j.discard()
+				return
+			}
+			b := &Batch{Epoch: s.Epoch, Step: step, Partial: partial, Bytes: j.bytes, state: after}
+			jobs <- func() {
+				if err := j.read(ctx); err != nil {
+					j.discard()
+					slot <- result{err: err}
+					return
+				}
+				b.RecordBatch = j.record()
+				slot <- result{b: b}
+			}
+		}
+	}()
+	return r
+}
+
+func (r *run) fail(ctx context.Context, err error) {
+	slot := make(chan result, 1)
+	slot <- result{err: fmt.Errorf("loader: %w", err)}
+	select {
+	case r.out <- slot:
+	case <-ctx.Done():
+	}
+}
+
+// stop ends the read-ahead and releases batches read but not delivered.
+func (l *Loader) stop() {
+	l.mu.Lock()
+	r := l.run
+	l.run = nil
+	l.mu.Unlock()
+	if r == nil {
+		return
+	}
+	r.cancel()
+	for slot := range r.out {
+		drop(slot)
+	}
+	r.wg.Wait()
+}
+
+// drop waits for a slot's batch and releases it.
+func drop(slot chan result) {
+	if res := <-slot; res.b != nil {
+		res.b.Release()
+	}
+}
+
+// Close stops the loader. Batches already delivered stay valid until
+// released; the memory goes when the last one is.
+func (l *Loader) Close() error {
+	l.stop()
+	l.a.close()
+	return nil
+}
