@@ -69,17 +69,17 @@ type MR interface {
 	Bytes() []byte
 	// Remote names bytes [off, off+n) of the region for a peer.
 	Remote(off, n int) RemoteBuf
-	// Fence orders peers' accesses to the region with the caller's own. It
-	// waits for accesses in progress, and makes every completed one happen
-	// before what the caller does next and everything the caller did before
-	// happen before later ones. Call it when bytes change hands between this
-	// process and its peers with no Go synchronization between them: before
-	// reading what a peer wrote, and before letting a peer at bytes you
-	// touched, when word of the hand-over came by another path (an RPC).
-	// Real RDMA hardware has its own completion semantics; for software
-	// transports the wire is no synchronization edge in Go's memory model,
-	// which matters when both ends share a process. It costs an uncontended
-	// lock.
+	// Fence orders peers' accesses to the region with the caller's own: every
+	// access already completed happens before what the caller does next, and
+	// everything the caller did before happens before later ones. It does not
+	// wait for accesses in progress, so call it once those you care about are
+	// complete: when bytes change hands between this process and its peers
+	// with no Go synchronization between them — before reading what a peer
+	// wrote, and before letting a peer at bytes you touched, when word of the
+	// hand-over came by another path (an RPC). Real RDMA hardware has its own
+	// completion semantics; for software transports the wire is no
+	// synchronization edge in Go's memory model, which matters when both ends
+	// share a process. It costs an uncontended lock.
 	Fence()
 	// Deregister revokes the key at once. Accesses already in progress finish
 	// first, so after it returns no peer touches the buffer again.

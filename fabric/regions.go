@@ -32,10 +32,14 @@ type region struct {
 	buf    []byte
 	access Access
 
-	// inUse is held shared by every access in progress and exclusively by
-	// Deregister, which is how Deregister waits for them.
-	inUse sync.RWMutex
-	dead  bool // set under inUse held exclusively
+	// mu guards the count of accesses in progress and dead. It is not an
+	// RWMutex held shared by accesses: one operation may hold several spans
+	// of a region at once, and a pending writer (Fence, Deregister) would
+	// then block the second shared acquire behind the first — a deadlock.
+	mu      sync.Mutex
+	inUse   int
+	dead    bool
+	drained *sync.Cond // signalled when inUse drops to zero
 }
 
 // NewRegions returns an empty table for the endpoint named node.
@@ -65,6 +69,7 @@ func (t *Regions) RegisterTagged(buf []byte, access Access, tag uint32) (MR, err
 		return nil, fmt.Errorf("register memory: region indexes exhausted")
 	}
 	r := &region{table: t, index: t.next, tag: tag, buf: buf, access: access}
+	r.drained = sync.NewCond(&r.mu)
 	t.next++
 	t.live[r.index] = r
 	return r, nil
@@ -78,8 +83,12 @@ type Span struct {
 
 // Release ends the access; the region may be deregistered afterwards.
 func (s Span) Release() {
-	if s.r != nil {
-		s.r.inUse.RUnlock()
+	if r := s.r; r != nil {
+		r.mu.Lock()
+		if r.inUse--; r.inUse == 0 {
+			r.drained.Broadcast()
+		}
+		r.mu.Unlock()
 	}
 }
 
@@ -97,21 +106,20 @@ func (t *Regions) Acquire(key, off uint64, n uint32, want Access) (Span, error) 
 		}
 		return Span{}, ErrUnknownKey
 	}
-	r.inUse.RLock()
 	t.mu.RUnlock()
-	if r.dead {
-		r.inUse.RUnlock()
-		return Span{}, ErrRevoked
-	}
 	if r.access&want != want {
-		r.inUse.RUnlock()
 		return Span{}, fmt.Errorf("%w: region allows %v, wanted %v", ErrAccessDenied, r.access, want)
 	}
 	size := uint64(len(r.buf))
 	if off > size || uint64(n) > size-off {
-		r.inUse.RUnlock()
 		return Span{}, fmt.Errorf("%w: [%d:+%d] of %d bytes", ErrOutOfBounds, off, n, size)
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dead {
+		return Span{}, ErrRevoked
+	}
+	r.inUse++
 	return Span{B: r.buf[off : off+uint64(n) : off+uint64(n)], r: r}, nil
 }
 
@@ -122,9 +130,11 @@ func (r *region) Remote(off, n int) RemoteBuf {
 	return RemoteBuf{Node: r.table.node, Key: r.Key(), Offset: uint64(off), Len: uint32(n)}
 }
 
+// Fence orders every access already released before what follows (each
+// release passes through mu); it does not wait for accesses in progress.
 func (r *region) Fence() {
-	r.inUse.Lock()
-	r.inUse.Unlock()
+	r.mu.Lock()
+	r.mu.Unlock()
 }
 
 func (r *region) Deregister() error {
@@ -136,8 +146,11 @@ func (r *region) Deregister() error {
 	}
 	delete(t.live, r.index)
 	t.mu.Unlock()
-	r.inUse.Lock()
+	r.mu.Lock()
 	r.dead = true
-	r.inUse.Unlock()
+	for r.inUse > 0 {
+		r.drained.Wait()
+	}
+	r.mu.Unlock()
 	return nil
 }

@@ -35,6 +35,7 @@ func Run(t *testing.T, pair Pair) {
 	t.Run("ReadWrite", func(t *testing.T) { testReadWrite(t, pair) })
 	t.Run("ServerPullsAndPushes", func(t *testing.T) { testServerSide(t, pair) })
 	t.Run("Batch", func(t *testing.T) { testBatch(t, pair) })
+	t.Run("FenceDuringBatches", func(t *testing.T) { testFenceDuringBatches(t, pair) })
 	t.Run("AccessErrors", func(t *testing.T) { testAccessErrors(t, pair) })
 	t.Run("Deadline", func(t *testing.T) { testDeadline(t, pair) })
 	t.Run("PeerDeath", func(t *testing.T) { testPeerDeath(t, pair) })
@@ -337,6 +338,57 @@ func testBatch(t *testing.T, pair Pair) {
 	}
 	if err := cli.ReadBatch(ctx, nil); err != nil {
 		t.Fatalf("empty batch: %v", err)
+	}
+}
+
+// testFenceDuringBatches runs batches that hold several spans of one region
+// at once while the owner fences it without pause: a fence must never wedge
+// a batch between its first and second span.
+func testFenceDuringBatches(t *testing.T, pair Pair) {
+	srv, cli := pair(t)
+	ctx := ctxT(t)
+	region := RandBytes(31, 1<<20)
+	mr, err := srv.RegisterMemory(region, fabric.AccessRemoteReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	fenced := make(chan struct{})
+	go func() {
+		defer close(fenced)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				mr.Fence()
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for g := 0; g < 4; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				ops := make([]fabric.Op, 8)
+				for k := range ops {
+					ops[k] = fabric.Op{Remote: mr.Remote((g*8+k)*4096, 4096), Local: make([]byte, 4096)}
+				}
+				if err := cli.ReadBatch(ctx, ops); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stop)
+	<-fenced
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
 

@@ -1,0 +1,266 @@
+package dataset
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+)
+
+// indices drains one epoch of a loader, checking each batch's contents,
+// and returns the sample indices in delivery order and the batch count.
+func indices(t *testing.T, l *Loader, maxBatches int) (out []int64, batches int) {
+	t.Helper()
+	ctx := context.Background()
+	for batches < maxBatches {
+		b, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		idx := b.Column(int(b.NumCols()) - 1).(*array.Int64).Int64Values()
+		checkRows(t, b.RecordBatch, idx, 600)
+		out = append(out, idx...)
+		b.Release()
+		batches++
+	}
+	return out, batches
+}
+
+func newLoader(t *testing.T, d *Dataset, cfg LoaderConfig) *Loader {
+	t.Helper()
+	cfg.IndexColumn = "idx"
+	l, err := d.Loader(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func TestLoaderDeliversEverySampleOncePerEpoch(t *testing.T) {
+	d := makeDataset(t, "once", 1000, 600, 256<<10)
+	for _, shuffle := range []bool{true, false} {
+		var epochs [2][]int64
+		for epoch := range 2 {
+			seen := map[int64]int{}
+			var steps []int
+			for rank := range 3 {
+				stepsOfRank := 0
+				for worker := range 2 {
+					l := newLoader(t, d, LoaderConfig{BatchSize: 16, Shuffle: shuffle, Seed: 5, Epoch: int64(epoch),
+						Rank: rank, WorldSize: 3, Worker: worker, Workers: 2, Readers: 3})
+					got, n := indices(t, l, 1<<30)
+					stepsOfRank += n
+					for _, i := range got {
+						seen[i]++
+					}
+					if rank == 0 && worker == 0 {
+						epochs[epoch] = got
+					}
+				}
+				steps = append(steps, stepsOfRank)
+			}
+			if len(seen) != 1000 {
+				t.Fatalf("shuffle=%v epoch %d: %d distinct samples delivered", shuffle, epoch, len(seen))
+			}
+			for i, k := range seen {
+				if k != 1 {
+					t.Fatalf("shuffle=%v epoch %d: sample %d delivered %d times", shuffle, epoch, i, k)
+				}
+			}
+			if steps[0] != steps[1] || steps[1] != steps[2] {
+				t.Fatalf("steps per rank differ: %v", steps)
+			}
+		}
+		differ := !slices.Equal(epochs[0], epochs[1])
+		if differ != shuffle {
+			t.Fatalf("shuffle=%v: epochs differ = %v", shuffle, differ)
+		}
+		if !shuffle && !slices.IsSorted(epochs[0]) {
+			t.Fatal("unshuffled order is not the natural order")
+		}
+	}
+}
+
+func TestLoaderDropLast(t *testing.T) {
+	d := makeDataset(t, "droplast", 100, 50, 0)
+	for _, dropLast := range []bool{false, true} {
+		l := newLoader(t, d, LoaderConfig{BatchSize: 8, Shuffle: true, WorldSize: 3, Rank: 2, DropLast: dropLast})
+		var partial int
+		for {
+			b, err := l.Next(context.Background())
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Partial {
+				partial++
+				if b.NumRows() >= 8 {
+					t.Fatalf("partial batch has %d rows", b.NumRows())
+				}
+			} else if b.NumRows() != 8 {
+				t.Fatalf("full batch has %d rows", b.NumRows())
+			}
+			b.Release()
+		}
+		// 100 = 4 steps of 3x8 + 4 left: one partial step unless dropped.
+		if want := map[bool]int{false: 1, true: 0}[dropLast]; partial != want || l.Steps() != int64(4+want) {
+			t.Fatalf("dropLast=%v: %d partial batches, %d steps", dropLast, partial, l.Steps())
+		}
+	}
+}
+
+// TestLoaderResumeIsExact stops at a random step, saves the state (through
+// JSON, as a checkpoint would) and resumes in a new loader: the
+// concatenation equals the uninterrupted run, across an epoch boundary.
+func TestLoaderResumeIsExact(t *testing.T) {
+	d := makeDataset(t, "resume", 777, 600, 256<<10)
+	cfg := LoaderConfig{BatchSize: 10, Shuffle: true, Seed: 9}
+	full := newLoader(t, d, cfg)
+	want, _ := indices(t, full, 1<<30)
+	full.SetEpoch(1)
+	next, _ := indices(t, full, 1<<30)
+	want = append(want, next...)
+
+	rng := rand.New(rand.NewPCG(3, 3))
+	for trial := 0; trial < 3; trial++ {
+		k := rng.IntN(78)
+		a := newLoader(t, d, cfg)
+		got, _ := indices(t, a, k)
+		js, err := json.Marshal(a.State())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		var s State
+		if err := json.Unmarshal(js, &s); err != nil {
+			t.Fatal(err)
+		}
+		b := newLoader(t, d, LoaderConfig{BatchSize: 10, Seed: 12345}) // seed and shuffle come from the state
+		if err := b.Resume(s); err != nil {
+			t.Fatal(err)
+		}
+		rest, _ := indices(t, b, 1<<30)
+		got = append(got, rest...)
+		b.SetEpoch(s.Epoch + 1)
+		rest, _ = indices(t, b, 1<<30)
+		got = append(got, rest...)
+		if !slices.Equal(got, want) {
+			t.Fatalf("stop after %d batches: resumed run differs from the uninterrupted one", k)
+		}
+	}
+}
+
+// TestLoaderResumeWithFewerRanks runs 4 ranks for some steps, then resumes
+// the epoch on 3 ranks: the remaining samples come exactly once.
+func TestLoaderResumeWithFewerRanks(t *testing.T) {
+	d := makeDataset(t, "elastic", 1001, 600, 0)
+	seen := map[int64]int{}
+	var state State
+	for rank := range 4 {
+		l := newLoader(t, d, LoaderConfig{BatchSize: 7, Shuffle: true, Seed: 1, Rank: rank, WorldSize: 4})
+		got, _ := indices(t, l, 13)
+		for _, i := range got {
+			seen[i]++
+		}
+		if rank > 0 && l.State() != state {
+			t.Fatalf("ranks disagree on the state: %+v vs %+v", l.State(), state)
+		}
+		state = l.State()
+	}
+	for rank := range 3 {
+		l := newLoader(t, d, LoaderConfig{BatchSize: 7, Rank: rank, WorldSize: 3})
+		if err := l.Resume(state); err != nil {
+			t.Fatal(err)
+		}
+		got, _ := indices(t, l, 1<<30)
+		for _, i := range got {
+			seen[i]++
+		}
+	}
+	if len(seen) != 1001 {
+		t.Fatalf("%d of 1001 samples covered", len(seen))
+	}
+	for i, k := range seen {
+		if k != 1 {
+			t.Fatalf("sample %d delivered %d times", i, k)
+		}
+	}
+}
+
+func TestLoaderRejectsBadInput(t *testing.T) {
+	d := makeDataset(t, "badloader", 10, 10, 0)
+	other := makeDataset(t, "otherloader", 11, 10, 0)
+	for _, cfg := range []LoaderConfig{{BatchSize: 0}, {BatchSize: 1, Rank: 1, WorldSize: 1}, {BatchSize: 1, Worker: 2, Workers: 2},
+		{BatchSize: 1, Columns: []string{"nope"}}, {BatchSize: 1, IndexColumn: "label"}} {
+		if _, err := d.Loader(cfg); err == nil {
+			t.Errorf("Loader(%+v) accepted", cfg)
+		}
+	}
+	l := newLoader(t, d, LoaderConfig{BatchSize: 2})
+	o := newLoader(t, other, LoaderConfig{BatchSize: 2})
+	if err := l.Resume(o.State()); err == nil {
+		t.Fatal("resumed from another dataset's state")
+	}
+	s := l.State()
+	s.Consumed = 11
+	if err := l.Resume(s); err == nil {
+		t.Fatal("resumed past the end")
+	}
+}
+
+// TestBatchMemoryIsNotReusedWhileHeld keeps some batches while the loader
+// runs on under a small budget (room for about 25 batches, 10 held),
+// releasing the others from another goroutine:
+// held batches keep their contents (the race detector watches the memory).
+func TestBatchMemoryIsNotReusedWhileHeld(t *testing.T) {
+	d := makeDataset(t, "held", 2000, 600, 256<<10)
+	l := newLoader(t, d, LoaderConfig{BatchSize: 8, Shuffle: true, Prefetch: 200 << 10, Readers: 4})
+	ctx := context.Background()
+	release := make(chan *Batch, 16)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for b := range release {
+			b.Release()
+		}
+	}()
+	var held []*Batch
+	for {
+		b, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Step%25 == 0 {
+			held = append(held, b)
+		} else {
+			release <- b
+		}
+	}
+	close(release)
+	wg.Wait()
+	for _, b := range held {
+		idx := b.Column(int(b.NumCols()) - 1).(*array.Int64).Int64Values()
+		checkRows(t, b.RecordBatch, idx, 600)
+		b.Release()
+	}
+	l.Close()
+	if n := len(l.a.used); n != 0 {
+		t.Fatalf("%d arena pieces still out after every batch was released", n)
+	}
+}
