@@ -47,10 +47,10 @@ test: lint build unit fuzz
 
 demo: build
 	./bin/sluice demo
-	./bin/sluice bench fabric --duration 1s
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 3 ./fabric/...
+	$(GO) test -run '^$$' -bench BenchmarkLoader -benchtime 200x -count 3 ./dataset/
 
 clean:
 	rm -rf bin

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -85,10 +86,16 @@ func TestFileCommands(t *testing.T) {
 
 func TestDemo(t *testing.T) {
 	var out bytes.Buffer
-	if err := demo(context.Background(), &out, 4, 1<<20); err != nil {
-		t.Fatal(err)
+	cfg := demoConfig{samples: 3000, minSize: 64, maxSz: 8 << 10, batch: 64, epochs: 2, quiet: true}
+	if err := demo(context.Background(), &out, cfg); err != nil {
+		t.Fatalf("%v; demo said:\n%s", err, out.String())
 	}
-	if !strings.Contains(out.String(), "every byte checked: yes") {
+	for epoch := range 2 {
+		if want := fmt.Sprintf("epoch %d: 3000 samples", epoch); !strings.Contains(out.String(), want) {
+			t.Fatalf("no %q; demo said:\n%s", want, out.String())
+		}
+	}
+	if strings.Count(out.String(), "each sample exactly once: yes, contents checked: yes") != 2 {
 		t.Fatalf("demo said:\n%s", out.String())
 	}
 }

@@ -1,0 +1,178 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"unicode/utf8"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/spf13/cobra"
+
+	"github.com/sluicefs/sluice/dataset"
+	"github.com/sluicefs/sluice/sdk"
+)
+
+func newDatasetCmd() *cobra.Command {
+	root := &cobra.Command{Use: "dataset", Short: "Import, inspect, verify, list and remove datasets"}
+	var cf connFlags
+	with := func(cmd *cobra.Command, run func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error) *cobra.Command {
+		cmd.RunE = func(cmd *cobra.Command, args []string) error {
+			c, err := cf.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			return run(cmd.Context(), c, cmd.OutOrStdout(), args)
+		}
+		cf.add(cmd)
+		return cmd
+	}
+
+	var format string
+	var shardMiB int64
+	var quiet bool
+	imp := with(&cobra.Command{Use: "import --format F SRC NAME", Short: "Import SRC (a file or directory) as dataset NAME",
+		Long: "Formats: " + strings.Join(dataset.Formats, ", ") + ". See the dataset package for each one's columns.",
+		Args: cobra.ExactArgs(2)},
+		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
+			var bar func(int64)
+			m, err := dataset.Import(ctx, c, format, args[0], args[1], dataset.ImportOptions{ShardBytes: shardMiB << 20,
+				Progress: func(done, total int64) {
+					if bar == nil {
+						bar = progress(out, total, quiet)
+					}
+					bar(done)
+				}})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "imported %s: %d samples, %d shards, %.1f MiB\n", m.Name, m.Samples, len(m.Shards), float64(m.Bytes())/(1<<20))
+			return nil
+		})
+	imp.Flags().StringVar(&format, "format", "", "input format: "+strings.Join(dataset.Formats, ", "))
+	imp.Flags().Int64Var(&shardMiB, "shard-mib", 256, "shard file size in MiB")
+	imp.Flags().BoolVarP(&quiet, "quiet", "q", false, "no progress bar")
+	imp.MarkFlagRequired("format")
+
+	var rows int
+	inspect := with(&cobra.Command{Use: "inspect NAME", Short: "Show a dataset's schema, counts, size and first samples", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
+			d, err := dataset.Open(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return inspectDataset(ctx, out, d, rows)
+		})
+	inspect.Flags().IntVar(&rows, "rows", 3, "samples to preview")
+
+	verify := with(&cobra.Command{Use: "verify NAME", Short: "Read every sample and check its checksum", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
+			d, err := dataset.Open(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			bar := progress(out, d.Len(), d.Manifest().Bytes() < 8<<20)
+			if err := d.Verify(ctx, bar); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "%s: %d samples, every checksum matches\n", d.Manifest().Name, d.Len())
+			return nil
+		})
+
+	ls := with(&cobra.Command{Use: "ls", Short: "List datasets", Args: cobra.NoArgs},
+		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
+			ents, err := c.ReadDir(ctx, "/datasets")
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSAMPLES\tMiB\tCOLUMNS")
+			for _, e := range ents {
+				if strings.HasPrefix(e.Name, ".") {
+					continue // an import in progress or abandoned
+				}
+				d, err := dataset.Open(ctx, c, e.Name)
+				if err != nil {
+					fmt.Fprintf(tw, "%s\t?\t?\t%v\n", e.Name, err)
+					continue
+				}
+				m := d.Manifest()
+				fmt.Fprintf(tw, "%s\t%d\t%.1f\t%d\n", m.Name, m.Samples, float64(m.Bytes())/(1<<20), len(m.Columns))
+				d.Close()
+			}
+			return tw.Flush()
+		})
+
+	rm := with(&cobra.Command{Use: "rm NAME", Short: "Remove a dataset", Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
+			return dataset.Remove(ctx, c, args[0])
+		})
+	root.AddCommand(imp, inspect, verify, ls, rm)
+	return root
+}
+
+func inspectDataset(ctx context.Context, out io.Writer, d *dataset.Dataset, rows int) error {
+	m := d.Manifest()
+	fmt.Fprintf(out, "dataset  %s (format %d)\nsamples  %d\nshards   %d, %.1f MiB\nhash     %s\n", m.Name, m.Version, m.Samples, len(m.Shards), float64(m.Bytes())/(1<<20), m.Hash)
+	if m.Source != "" {
+		fmt.Fprintf(out, "source   %s\n", m.Source)
+	}
+	if len(m.Classes) > 0 {
+		fmt.Fprintf(out, "classes  %d: %s\n", len(m.Classes), preview(strings.Join(m.Classes, ", "), 60))
+	}
+	fmt.Fprintln(out, "columns:")
+	for _, c := range m.Columns {
+		fmt.Fprintf(out, "  %-20s %s\n", c.Name, c.Type)
+	}
+	rows = min(rows, int(m.Samples))
+	if rows <= 0 {
+		return nil
+	}
+	idx := make([]int64, rows)
+	for i := range idx {
+		idx[i] = int64(i)
+	}
+	rec, err := d.Take(ctx, idx)
+	if err != nil {
+		return err
+	}
+	defer rec.Release()
+	for r := 0; r < rows; r++ {
+		fmt.Fprintf(out, "sample %d:\n", r)
+		for c, f := range rec.Schema().Fields() {
+			fmt.Fprintf(out, "  %-20s %s\n", f.Name, cell(rec.Column(c), r))
+		}
+	}
+	return nil
+}
+
+// cell renders one value for a preview.
+func cell(col arrow.Array, r int) string {
+	switch a := col.(type) {
+	case *array.Binary:
+		b := a.Value(r)
+		if utf8.Valid(b) {
+			return fmt.Sprintf("%d bytes %q", len(b), preview(string(b), 40))
+		}
+		return fmt.Sprintf("%d bytes %x", len(b), b[:min(len(b), 16)])
+	case *array.String:
+		return fmt.Sprintf("%q", preview(a.Value(r), 60))
+	}
+	return col.ValueStr(r)
+}
+
+func preview(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
+}
