@@ -630,6 +630,7 @@ type SessionOp struct {
 	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
 	Client        uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
 	Size          *uint64                `protobuf:"varint,4,opt,name=size,proto3,oneof" json:"size,omitempty"`
+	Keep          bool                   `protobuf:"varint,5,opt,name=keep,proto3" json:"keep,omitempty"` // close_session: set the length, keep the session (fsync)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -690,6 +691,13 @@ func (x *SessionOp) GetSize() uint64 {
 		return *x.Size
 	}
 	return 0
+}
+
+func (x *SessionOp) GetKeep() bool {
+	if x != nil {
+		return x.Keep
+	}
+	return false
 }
 
 type MkdirOp struct {
@@ -1309,12 +1317,13 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\fopen_session\x18\x14 \x01(\v2\x19.sluice.meta.v1.SessionOpH\x00R\vopenSession\x12@\n" +
 	"\rclose_session\x18\x15 \x01(\v2\x19.sluice.meta.v1.SessionOpH\x00R\fcloseSession\x12#\n" +
 	"\fprune_client\x18\x16 \x01(\x04H\x00R\vpruneClientB\x04\n" +
-	"\x02op\"q\n" +
+	"\x02op\"\x85\x01\n" +
 	"\tSessionOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x16\n" +
 	"\x06client\x18\x03 \x01(\x04R\x06client\x12\x17\n" +
-	"\x04size\x18\x04 \x01(\x04H\x00R\x04size\x88\x01\x01B\a\n" +
+	"\x04size\x18\x04 \x01(\x04H\x00R\x04size\x88\x01\x01\x12\x12\n" +
+	"\x04keep\x18\x05 \x01(\bR\x04keepB\a\n" +
 	"\x05_size\"m\n" +
 	"\aMkdirOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +

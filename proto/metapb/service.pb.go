@@ -113,11 +113,16 @@ func (*Empty) Descriptor() ([]byte, []int) {
 	return file_meta_v1_service_proto_rawDescGZIP(), []int{1}
 }
 
+// Requests that name an entry by path may instead name it relative to a
+// directory inode, the way openat(2) does: with `at` set, path is resolved
+// from inode at, and an empty path means inode at itself. The FUSE adapter
+// works this way, since the kernel names entries by (directory inode, name).
 type PathRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Client        uint64                 `protobuf:"varint,2,opt,name=client,proto3" json:"client,omitempty"` // mutations: idempotency pair
 	Seq           uint64                 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"`
+	At            uint64                 `protobuf:"varint,4,opt,name=at,proto3" json:"at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -169,6 +174,13 @@ func (x *PathRequest) GetClient() uint64 {
 func (x *PathRequest) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
+	}
+	return 0
+}
+
+func (x *PathRequest) GetAt() uint64 {
+	if x != nil {
+		return x.At
 	}
 	return 0
 }
@@ -267,6 +279,8 @@ type ListRequest struct {
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	After         string                 `protobuf:"bytes,2,opt,name=after,proto3" json:"after,omitempty"`
 	Limit         uint32                 `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	At            uint64                 `protobuf:"varint,4,opt,name=at,proto3" json:"at,omitempty"`
+	WithInodes    bool                   `protobuf:"varint,5,opt,name=with_inodes,json=withInodes,proto3" json:"with_inodes,omitempty"` // also return each entry's inode (readdirplus)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -322,10 +336,25 @@ func (x *ListRequest) GetLimit() uint32 {
 	return 0
 }
 
+func (x *ListRequest) GetAt() uint64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *ListRequest) GetWithInodes() bool {
+	if x != nil {
+		return x.WithInodes
+	}
+	return false
+}
+
 type ListReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Entries       []*DirEntry            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
 	More          bool                   `protobuf:"varint,2,opt,name=more,proto3" json:"more,omitempty"`
+	Inodes        []*Inode               `protobuf:"bytes,3,rep,name=inodes,proto3" json:"inodes,omitempty"` // with_inodes: one per entry, in order
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +403,13 @@ func (x *ListReply) GetMore() bool {
 	return false
 }
 
+func (x *ListReply) GetInodes() []*Inode {
+	if x != nil {
+		return x.Inodes
+	}
+	return nil
+}
+
 type MakeRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -382,6 +418,7 @@ type MakeRequest struct {
 	Gid           uint32                 `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
 	Client        uint64                 `protobuf:"varint,5,opt,name=client,proto3" json:"client,omitempty"`
 	Seq           uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	At            uint64                 `protobuf:"varint,7,opt,name=at,proto3" json:"at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -458,12 +495,22 @@ func (x *MakeRequest) GetSeq() uint64 {
 	return 0
 }
 
+func (x *MakeRequest) GetAt() uint64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
 type SymlinkRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Target        string                 `protobuf:"bytes,2,opt,name=target,proto3" json:"target,omitempty"`
 	Client        uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
 	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	At            uint64                 `protobuf:"varint,5,opt,name=at,proto3" json:"at,omitempty"`
+	Uid           uint32                 `protobuf:"varint,6,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,7,opt,name=gid,proto3" json:"gid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -526,12 +573,35 @@ func (x *SymlinkRequest) GetSeq() uint64 {
 	return 0
 }
 
+func (x *SymlinkRequest) GetAt() uint64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *SymlinkRequest) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *SymlinkRequest) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
 type RenameRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
 	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
 	Client        uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
 	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	FromAt        uint64                 `protobuf:"varint,5,opt,name=from_at,json=fromAt,proto3" json:"from_at,omitempty"`
+	ToAt          uint64                 `protobuf:"varint,6,opt,name=to_at,json=toAt,proto3" json:"to_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -590,6 +660,20 @@ func (x *RenameRequest) GetClient() uint64 {
 func (x *RenameRequest) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
+	}
+	return 0
+}
+
+func (x *RenameRequest) GetFromAt() uint64 {
+	if x != nil {
+		return x.FromAt
+	}
+	return 0
+}
+
+func (x *RenameRequest) GetToAt() uint64 {
+	if x != nil {
+		return x.ToAt
 	}
 	return 0
 }
@@ -712,6 +796,7 @@ type OpenRequest struct {
 	Write         bool                   `protobuf:"varint,2,opt,name=write,proto3" json:"write,omitempty"`
 	Client        uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
 	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	At            uint64                 `protobuf:"varint,5,opt,name=at,proto3" json:"at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -770,6 +855,13 @@ func (x *OpenRequest) GetClient() uint64 {
 func (x *OpenRequest) GetSeq() uint64 {
 	if x != nil {
 		return x.Seq
+	}
+	return 0
+}
+
+func (x *OpenRequest) GetAt() uint64 {
+	if x != nil {
+		return x.At
 	}
 	return 0
 }
@@ -835,12 +927,14 @@ func (x *OpenReply) GetChains() []uint32 {
 }
 
 type CloseRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
-	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
-	Size          *uint64                `protobuf:"varint,3,opt,name=size,proto3,oneof" json:"size,omitempty"`
-	Client        uint64                 `protobuf:"varint,4,opt,name=client,proto3" json:"client,omitempty"`
-	Seq           uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Ino     uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Session uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Size    *uint64                `protobuf:"varint,3,opt,name=size,proto3,oneof" json:"size,omitempty"`
+	Client  uint64                 `protobuf:"varint,4,opt,name=client,proto3" json:"client,omitempty"`
+	Seq     uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
+	// keep_open sets the length and keeps the session (fsync).
+	KeepOpen      bool `protobuf:"varint,6,opt,name=keep_open,json=keepOpen,proto3" json:"keep_open,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -910,6 +1004,312 @@ func (x *CloseRequest) GetSeq() uint64 {
 	return 0
 }
 
+func (x *CloseRequest) GetKeepOpen() bool {
+	if x != nil {
+		return x.KeepOpen
+	}
+	return false
+}
+
+// SetattrRequest changes the attributes that are set.
+type SetattrRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	At            uint64                 `protobuf:"varint,2,opt,name=at,proto3" json:"at,omitempty"`
+	Mode          *uint32                `protobuf:"varint,3,opt,name=mode,proto3,oneof" json:"mode,omitempty"`
+	Uid           *uint32                `protobuf:"varint,4,opt,name=uid,proto3,oneof" json:"uid,omitempty"`
+	Gid           *uint32                `protobuf:"varint,5,opt,name=gid,proto3,oneof" json:"gid,omitempty"`
+	Size          *uint64                `protobuf:"varint,6,opt,name=size,proto3,oneof" json:"size,omitempty"`
+	AtimeNs       *int64                 `protobuf:"varint,7,opt,name=atime_ns,json=atimeNs,proto3,oneof" json:"atime_ns,omitempty"`
+	MtimeNs       *int64                 `protobuf:"varint,8,opt,name=mtime_ns,json=mtimeNs,proto3,oneof" json:"mtime_ns,omitempty"`
+	Client        uint64                 `protobuf:"varint,9,opt,name=client,proto3" json:"client,omitempty"`
+	Seq           uint64                 `protobuf:"varint,10,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetattrRequest) Reset() {
+	*x = SetattrRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetattrRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetattrRequest) ProtoMessage() {}
+
+func (x *SetattrRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetattrRequest.ProtoReflect.Descriptor instead.
+func (*SetattrRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SetattrRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SetattrRequest) GetAt() uint64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *SetattrRequest) GetMode() uint32 {
+	if x != nil && x.Mode != nil {
+		return *x.Mode
+	}
+	return 0
+}
+
+func (x *SetattrRequest) GetUid() uint32 {
+	if x != nil && x.Uid != nil {
+		return *x.Uid
+	}
+	return 0
+}
+
+func (x *SetattrRequest) GetGid() uint32 {
+	if x != nil && x.Gid != nil {
+		return *x.Gid
+	}
+	return 0
+}
+
+func (x *SetattrRequest) GetSize() uint64 {
+	if x != nil && x.Size != nil {
+		return *x.Size
+	}
+	return 0
+}
+
+func (x *SetattrRequest) GetAtimeNs() int64 {
+	if x != nil && x.AtimeNs != nil {
+		return *x.AtimeNs
+	}
+	return 0
+}
+
+func (x *SetattrRequest) GetMtimeNs() int64 {
+	if x != nil && x.MtimeNs != nil {
+		return *x.MtimeNs
+	}
+	return 0
+}
+
+func (x *SetattrRequest) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *SetattrRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// LinkRequest names the existing file (path, at) and its new name
+// (new_path, new_at).
+type LinkRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	At            uint64                 `protobuf:"varint,2,opt,name=at,proto3" json:"at,omitempty"`
+	NewPath       string                 `protobuf:"bytes,3,opt,name=new_path,json=newPath,proto3" json:"new_path,omitempty"`
+	NewAt         uint64                 `protobuf:"varint,4,opt,name=new_at,json=newAt,proto3" json:"new_at,omitempty"`
+	Client        uint64                 `protobuf:"varint,5,opt,name=client,proto3" json:"client,omitempty"`
+	Seq           uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LinkRequest) Reset() {
+	*x = LinkRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LinkRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LinkRequest) ProtoMessage() {}
+
+func (x *LinkRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
+func (*LinkRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LinkRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *LinkRequest) GetAt() uint64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *LinkRequest) GetNewPath() string {
+	if x != nil {
+		return x.NewPath
+	}
+	return ""
+}
+
+func (x *LinkRequest) GetNewAt() uint64 {
+	if x != nil {
+		return x.NewAt
+	}
+	return 0
+}
+
+func (x *LinkRequest) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *LinkRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type StatfsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatfsRequest) Reset() {
+	*x = StatfsRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatfsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatfsRequest) ProtoMessage() {}
+
+func (x *StatfsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatfsRequest.ProtoReflect.Descriptor instead.
+func (*StatfsRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{17}
+}
+
+type StatfsReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Inodes        uint64                 `protobuf:"varint,1,opt,name=inodes,proto3" json:"inodes,omitempty"`
+	Files         uint64                 `protobuf:"varint,2,opt,name=files,proto3" json:"files,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"` // the files' lengths, added up
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatfsReply) Reset() {
+	*x = StatfsReply{}
+	mi := &file_meta_v1_service_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatfsReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatfsReply) ProtoMessage() {}
+
+func (x *StatfsReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatfsReply.ProtoReflect.Descriptor instead.
+func (*StatfsReply) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *StatfsReply) GetInodes() uint64 {
+	if x != nil {
+		return x.Inodes
+	}
+	return 0
+}
+
+func (x *StatfsReply) GetFiles() uint64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *StatfsReply) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 var File_meta_v1_service_proto protoreflect.FileDescriptor
 
 const file_meta_v1_service_proto_rawDesc = "" +
@@ -918,62 +1318,105 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\rMemberRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\"\a\n" +
-	"\x05Empty\"K\n" +
+	"\x05Empty\"[\n" +
 	"\vPathRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06client\x18\x02 \x01(\x04R\x06client\x12\x10\n" +
-	"\x03seq\x18\x03 \x01(\x04R\x03seq\"(\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\x12\x0e\n" +
+	"\x02at\x18\x04 \x01(\x04R\x02at\"(\n" +
 	"\x10BatchStatRequest\x12\x14\n" +
 	"\x05paths\x18\x01 \x03(\tR\x05paths\"?\n" +
 	"\x0eBatchStatReply\x12-\n" +
-	"\x06inodes\x18\x01 \x03(\v2\x15.sluice.meta.v1.InodeR\x06inodes\"M\n" +
+	"\x06inodes\x18\x01 \x03(\v2\x15.sluice.meta.v1.InodeR\x06inodes\"~\n" +
 	"\vListRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05after\x18\x02 \x01(\tR\x05after\x12\x14\n" +
-	"\x05limit\x18\x03 \x01(\rR\x05limit\"S\n" +
+	"\x05limit\x18\x03 \x01(\rR\x05limit\x12\x0e\n" +
+	"\x02at\x18\x04 \x01(\x04R\x02at\x12\x1f\n" +
+	"\vwith_inodes\x18\x05 \x01(\bR\n" +
+	"withInodes\"\x82\x01\n" +
 	"\tListReply\x122\n" +
 	"\aentries\x18\x01 \x03(\v2\x18.sluice.meta.v1.DirEntryR\aentries\x12\x12\n" +
-	"\x04more\x18\x02 \x01(\bR\x04more\"\x83\x01\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\x12-\n" +
+	"\x06inodes\x18\x03 \x03(\v2\x15.sluice.meta.v1.InodeR\x06inodes\"\x93\x01\n" +
 	"\vMakeRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\x03 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x04 \x01(\rR\x03gid\x12\x16\n" +
 	"\x06client\x18\x05 \x01(\x04R\x06client\x12\x10\n" +
-	"\x03seq\x18\x06 \x01(\x04R\x03seq\"f\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x0e\n" +
+	"\x02at\x18\a \x01(\x04R\x02at\"\x9a\x01\n" +
 	"\x0eSymlinkRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x16\n" +
 	"\x06client\x18\x03 \x01(\x04R\x06client\x12\x10\n" +
-	"\x03seq\x18\x04 \x01(\x04R\x03seq\"]\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x0e\n" +
+	"\x02at\x18\x05 \x01(\x04R\x02at\x12\x10\n" +
+	"\x03uid\x18\x06 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\a \x01(\rR\x03gid\"\x8b\x01\n" +
 	"\rRenameRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x16\n" +
 	"\x06client\x18\x03 \x01(\x04R\x06client\x12\x10\n" +
-	"\x03seq\x18\x04 \x01(\x04R\x03seq\"\x0f\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x17\n" +
+	"\afrom_at\x18\x05 \x01(\x04R\x06fromAt\x12\x13\n" +
+	"\x05to_at\x18\x06 \x01(\x04R\x04toAt\"\x0f\n" +
 	"\rStatusRequest\"\x92\x01\n" +
 	"\vStatusReply\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x12\x14\n" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x18\n" +
 	"\amembers\x18\x04 \x03(\tR\amembers\x12\x16\n" +
-	"\x06inodes\x18\x05 \x01(\x04R\x06inodes\"a\n" +
+	"\x06inodes\x18\x05 \x01(\x04R\x06inodes\"q\n" +
 	"\vOpenRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05write\x18\x02 \x01(\bR\x05write\x12\x16\n" +
 	"\x06client\x18\x03 \x01(\x04R\x06client\x12\x10\n" +
-	"\x03seq\x18\x04 \x01(\x04R\x03seq\"j\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x0e\n" +
+	"\x02at\x18\x05 \x01(\x04R\x02at\"j\n" +
 	"\tOpenReply\x12+\n" +
 	"\x05inode\x18\x01 \x01(\v2\x15.sluice.meta.v1.InodeR\x05inode\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x16\n" +
-	"\x06chains\x18\x03 \x03(\rR\x06chains\"\x86\x01\n" +
+	"\x06chains\x18\x03 \x03(\rR\x06chains\"\xa3\x01\n" +
 	"\fCloseRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x17\n" +
 	"\x04size\x18\x03 \x01(\x04H\x00R\x04size\x88\x01\x01\x12\x16\n" +
 	"\x06client\x18\x04 \x01(\x04R\x06client\x12\x10\n" +
-	"\x03seq\x18\x05 \x01(\x04R\x03seqB\a\n" +
-	"\x05_size2\x96\a\n" +
+	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x1b\n" +
+	"\tkeep_open\x18\x06 \x01(\bR\bkeepOpenB\a\n" +
+	"\x05_size\"\xba\x02\n" +
+	"\x0eSetattrRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\x04R\x02at\x12\x17\n" +
+	"\x04mode\x18\x03 \x01(\rH\x00R\x04mode\x88\x01\x01\x12\x15\n" +
+	"\x03uid\x18\x04 \x01(\rH\x01R\x03uid\x88\x01\x01\x12\x15\n" +
+	"\x03gid\x18\x05 \x01(\rH\x02R\x03gid\x88\x01\x01\x12\x17\n" +
+	"\x04size\x18\x06 \x01(\x04H\x03R\x04size\x88\x01\x01\x12\x1e\n" +
+	"\batime_ns\x18\a \x01(\x03H\x04R\aatimeNs\x88\x01\x01\x12\x1e\n" +
+	"\bmtime_ns\x18\b \x01(\x03H\x05R\amtimeNs\x88\x01\x01\x12\x16\n" +
+	"\x06client\x18\t \x01(\x04R\x06client\x12\x10\n" +
+	"\x03seq\x18\n" +
+	" \x01(\x04R\x03seqB\a\n" +
+	"\x05_modeB\x06\n" +
+	"\x04_uidB\x06\n" +
+	"\x04_gidB\a\n" +
+	"\x05_sizeB\v\n" +
+	"\t_atime_nsB\v\n" +
+	"\t_mtime_ns\"\x8d\x01\n" +
+	"\vLinkRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\x04R\x02at\x12\x19\n" +
+	"\bnew_path\x18\x03 \x01(\tR\anewPath\x12\x15\n" +
+	"\x06new_at\x18\x04 \x01(\x04R\x05newAt\x12\x16\n" +
+	"\x06client\x18\x05 \x01(\x04R\x06client\x12\x10\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\"\x0f\n" +
+	"\rStatfsRequest\"Q\n" +
+	"\vStatfsReply\x12\x16\n" +
+	"\x06inodes\x18\x01 \x01(\x04R\x06inodes\x12\x14\n" +
+	"\x05files\x18\x02 \x01(\x04R\x05files\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytes2\xda\b\n" +
 	"\x04Meta\x12:\n" +
 	"\x04Stat\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Inode\x12M\n" +
 	"\tBatchStat\x12 .sluice.meta.v1.BatchStatRequest\x1a\x1e.sluice.meta.v1.BatchStatReply\x12>\n" +
@@ -986,7 +1429,10 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x06Rename\x12\x1d.sluice.meta.v1.RenameRequest\x1a\x15.sluice.meta.v1.Empty\x12D\n" +
 	"\x06Status\x12\x1d.sluice.meta.v1.StatusRequest\x1a\x1b.sluice.meta.v1.StatusReply\x12>\n" +
 	"\x04Open\x12\x1b.sluice.meta.v1.OpenRequest\x1a\x19.sluice.meta.v1.OpenReply\x12<\n" +
-	"\x05Close\x12\x1c.sluice.meta.v1.CloseRequest\x1a\x15.sluice.meta.v1.Empty\x12A\n" +
+	"\x05Close\x12\x1c.sluice.meta.v1.CloseRequest\x1a\x15.sluice.meta.v1.Empty\x12@\n" +
+	"\aSetattr\x12\x1e.sluice.meta.v1.SetattrRequest\x1a\x15.sluice.meta.v1.Inode\x12:\n" +
+	"\x04Link\x12\x1b.sluice.meta.v1.LinkRequest\x1a\x15.sluice.meta.v1.Inode\x12D\n" +
+	"\x06Statfs\x12\x1d.sluice.meta.v1.StatfsRequest\x1a\x1b.sluice.meta.v1.StatfsReply\x12A\n" +
 	"\tAddMember\x12\x1d.sluice.meta.v1.MemberRequest\x1a\x15.sluice.meta.v1.Empty\x12D\n" +
 	"\fRemoveMember\x12\x1d.sluice.meta.v1.MemberRequest\x1a\x15.sluice.meta.v1.EmptyB)Z'github.com/sluicefs/sluice/proto/metapbb\x06proto3"
 
@@ -1002,7 +1448,7 @@ func file_meta_v1_service_proto_rawDescGZIP() []byte {
 	return file_meta_v1_service_proto_rawDescData
 }
 
-var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_meta_v1_service_proto_goTypes = []any{
 	(*MemberRequest)(nil),    // 0: sluice.meta.v1.MemberRequest
 	(*Empty)(nil),            // 1: sluice.meta.v1.Empty
@@ -1019,46 +1465,57 @@ var file_meta_v1_service_proto_goTypes = []any{
 	(*OpenRequest)(nil),      // 12: sluice.meta.v1.OpenRequest
 	(*OpenReply)(nil),        // 13: sluice.meta.v1.OpenReply
 	(*CloseRequest)(nil),     // 14: sluice.meta.v1.CloseRequest
-	(*Inode)(nil),            // 15: sluice.meta.v1.Inode
-	(*DirEntry)(nil),         // 16: sluice.meta.v1.DirEntry
+	(*SetattrRequest)(nil),   // 15: sluice.meta.v1.SetattrRequest
+	(*LinkRequest)(nil),      // 16: sluice.meta.v1.LinkRequest
+	(*StatfsRequest)(nil),    // 17: sluice.meta.v1.StatfsRequest
+	(*StatfsReply)(nil),      // 18: sluice.meta.v1.StatfsReply
+	(*Inode)(nil),            // 19: sluice.meta.v1.Inode
+	(*DirEntry)(nil),         // 20: sluice.meta.v1.DirEntry
 }
 var file_meta_v1_service_proto_depIdxs = []int32{
-	15, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
-	16, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
-	15, // 2: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
-	2,  // 3: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
-	3,  // 4: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
-	5,  // 5: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
-	7,  // 6: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
-	7,  // 7: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
-	8,  // 8: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
-	2,  // 9: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
-	2,  // 10: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
-	9,  // 11: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
-	10, // 12: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
-	12, // 13: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
-	14, // 14: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
-	0,  // 15: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
-	0,  // 16: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
-	15, // 17: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
-	4,  // 18: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
-	6,  // 19: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
-	15, // 20: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
-	15, // 21: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
-	15, // 22: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
-	1,  // 23: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
-	1,  // 24: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
-	1,  // 25: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
-	11, // 26: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
-	13, // 27: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
-	1,  // 28: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
-	1,  // 29: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
-	1,  // 30: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
-	17, // [17:31] is the sub-list for method output_type
-	3,  // [3:17] is the sub-list for method input_type
-	3,  // [3:3] is the sub-list for extension type_name
-	3,  // [3:3] is the sub-list for extension extendee
-	0,  // [0:3] is the sub-list for field type_name
+	19, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
+	20, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
+	19, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
+	19, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
+	2,  // 4: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
+	3,  // 5: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
+	5,  // 6: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
+	7,  // 7: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
+	7,  // 8: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
+	8,  // 9: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
+	2,  // 10: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
+	2,  // 11: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
+	9,  // 12: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
+	10, // 13: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
+	12, // 14: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
+	14, // 15: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
+	15, // 16: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
+	16, // 17: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
+	17, // 18: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
+	0,  // 19: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
+	0,  // 20: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
+	19, // 21: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
+	4,  // 22: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
+	6,  // 23: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
+	19, // 24: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
+	19, // 25: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
+	19, // 26: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
+	1,  // 27: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
+	1,  // 28: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
+	1,  // 29: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
+	11, // 30: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
+	13, // 31: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
+	1,  // 32: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
+	19, // 33: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
+	19, // 34: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
+	18, // 35: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
+	1,  // 36: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
+	1,  // 37: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
+	21, // [21:38] is the sub-list for method output_type
+	4,  // [4:21] is the sub-list for method input_type
+	4,  // [4:4] is the sub-list for extension type_name
+	4,  // [4:4] is the sub-list for extension extendee
+	0,  // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_service_proto_init() }
@@ -1068,13 +1525,14 @@ func file_meta_v1_service_proto_init() {
 	}
 	file_meta_v1_meta_proto_init()
 	file_meta_v1_service_proto_msgTypes[14].OneofWrappers = []any{}
+	file_meta_v1_service_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_service_proto_rawDesc), len(file_meta_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   15,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -35,6 +35,9 @@ const (
 	Meta_Status_FullMethodName       = "/sluice.meta.v1.Meta/Status"
 	Meta_Open_FullMethodName         = "/sluice.meta.v1.Meta/Open"
 	Meta_Close_FullMethodName        = "/sluice.meta.v1.Meta/Close"
+	Meta_Setattr_FullMethodName      = "/sluice.meta.v1.Meta/Setattr"
+	Meta_Link_FullMethodName         = "/sluice.meta.v1.Meta/Link"
+	Meta_Statfs_FullMethodName       = "/sluice.meta.v1.Meta/Statfs"
 	Meta_AddMember_FullMethodName    = "/sluice.meta.v1.Meta/AddMember"
 	Meta_RemoveMember_FullMethodName = "/sluice.meta.v1.Meta/RemoveMember"
 )
@@ -57,6 +60,13 @@ type MetaClient interface {
 	// keeps the file from the collector until Close, and Close sets its length.
 	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenReply, error)
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*Empty, error)
+	// Setattr changes mode, owner, times or (files) length; a shorter length
+	// changes the namespace only: the client trims the chunks (sdk.Truncate).
+	Setattr(ctx context.Context, in *SetattrRequest, opts ...grpc.CallOption) (*Inode, error)
+	// Link gives an existing file another name.
+	Link(ctx context.Context, in *LinkRequest, opts ...grpc.CallOption) (*Inode, error)
+	// Statfs counts the namespace's inodes and file bytes.
+	Statfs(ctx context.Context, in *StatfsRequest, opts ...grpc.CallOption) (*StatfsReply, error)
 	// Membership of the Raft group (admin).
 	AddMember(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*Empty, error)
 	RemoveMember(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*Empty, error)
@@ -190,6 +200,36 @@ func (c *metaClient) Close(ctx context.Context, in *CloseRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *metaClient) Setattr(ctx context.Context, in *SetattrRequest, opts ...grpc.CallOption) (*Inode, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Inode)
+	err := c.cc.Invoke(ctx, Meta_Setattr_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) Link(ctx context.Context, in *LinkRequest, opts ...grpc.CallOption) (*Inode, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Inode)
+	err := c.cc.Invoke(ctx, Meta_Link_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) Statfs(ctx context.Context, in *StatfsRequest, opts ...grpc.CallOption) (*StatfsReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatfsReply)
+	err := c.cc.Invoke(ctx, Meta_Statfs_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *metaClient) AddMember(ctx context.Context, in *MemberRequest, opts ...grpc.CallOption) (*Empty, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Empty)
@@ -228,6 +268,13 @@ type MetaServer interface {
 	// keeps the file from the collector until Close, and Close sets its length.
 	Open(context.Context, *OpenRequest) (*OpenReply, error)
 	Close(context.Context, *CloseRequest) (*Empty, error)
+	// Setattr changes mode, owner, times or (files) length; a shorter length
+	// changes the namespace only: the client trims the chunks (sdk.Truncate).
+	Setattr(context.Context, *SetattrRequest) (*Inode, error)
+	// Link gives an existing file another name.
+	Link(context.Context, *LinkRequest) (*Inode, error)
+	// Statfs counts the namespace's inodes and file bytes.
+	Statfs(context.Context, *StatfsRequest) (*StatfsReply, error)
 	// Membership of the Raft group (admin).
 	AddMember(context.Context, *MemberRequest) (*Empty, error)
 	RemoveMember(context.Context, *MemberRequest) (*Empty, error)
@@ -276,6 +323,15 @@ func (UnimplementedMetaServer) Open(context.Context, *OpenRequest) (*OpenReply, 
 }
 func (UnimplementedMetaServer) Close(context.Context, *CloseRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
+}
+func (UnimplementedMetaServer) Setattr(context.Context, *SetattrRequest) (*Inode, error) {
+	return nil, status.Error(codes.Unimplemented, "method Setattr not implemented")
+}
+func (UnimplementedMetaServer) Link(context.Context, *LinkRequest) (*Inode, error) {
+	return nil, status.Error(codes.Unimplemented, "method Link not implemented")
+}
+func (UnimplementedMetaServer) Statfs(context.Context, *StatfsRequest) (*StatfsReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Statfs not implemented")
 }
 func (UnimplementedMetaServer) AddMember(context.Context, *MemberRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method AddMember not implemented")
@@ -520,6 +576,60 @@ func _Meta_Close_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_Setattr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetattrRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Setattr(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Setattr_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Setattr(ctx, req.(*SetattrRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_Link_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LinkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Link(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Link_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Link(ctx, req.(*LinkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_Statfs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatfsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Statfs(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Statfs_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Statfs(ctx, req.(*StatfsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meta_AddMember_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(MemberRequest)
 	if err := dec(in); err != nil {
@@ -610,6 +720,18 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Close",
 			Handler:    _Meta_Close_Handler,
+		},
+		{
+			MethodName: "Setattr",
+			Handler:    _Meta_Setattr_Handler,
+		},
+		{
+			MethodName: "Link",
+			Handler:    _Meta_Link_Handler,
+		},
+		{
+			MethodName: "Statfs",
+			Handler:    _Meta_Statfs_Handler,
 		},
 		{
 			MethodName: "AddMember",

@@ -91,13 +91,13 @@ func TestSessionSemantics(t *testing.T) {
 		}
 	}
 	big, small := uint64(1000), uint64(0)
-	if err := ns.CloseSession(f.Ino, 2, 7, &big, 2); err != nil {
+	if err := ns.CloseSession(f.Ino, 2, 7, &big, false, 2); err != nil {
 		t.Fatal(err)
 	}
 	if open, _ := ns.HasSessions(f.Ino); !open {
 		t.Fatal("closing client 2's session closed client 1's")
 	}
-	if err := ns.CloseSession(f.Ino, 1, 7, &small, 3); err != nil {
+	if err := ns.CloseSession(f.Ino, 1, 7, &small, false, 3); err != nil {
 		t.Fatal(err)
 	}
 	if in := must(ns.Stat(f.Ino))(t); in.Size != 1000 {
@@ -109,7 +109,7 @@ func TestSessionSemantics(t *testing.T) {
 		t.Fatal(err)
 	}
 	final := uint64(5 << 20)
-	if err := ns.CloseSession(g.Ino, 1, 1, &final, 5); err != nil {
+	if err := ns.CloseSession(g.Ino, 1, 1, &final, false, 5); err != nil {
 		t.Fatal(err)
 	}
 	q := must(ns.Garbage(10))(t)

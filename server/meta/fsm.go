@@ -129,7 +129,7 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 	case *metapb.Command_OpenSession:
 		err = f.ns.OpenSession(op.OpenSession.Ino, op.OpenSession.Client, op.OpenSession.Session, now)
 	case *metapb.Command_CloseSession:
-		err = f.ns.CloseSession(op.CloseSession.Ino, op.CloseSession.Client, op.CloseSession.Session, op.CloseSession.Size, now)
+		err = f.ns.CloseSession(op.CloseSession.Ino, op.CloseSession.Client, op.CloseSession.Session, op.CloseSession.Size, op.CloseSession.Keep, now)
 	case *metapb.Command_PruneClient:
 		err = f.ns.PruneClient(op.PruneClient)
 	default:

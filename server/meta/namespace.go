@@ -317,13 +317,19 @@ func (ns *Namespace) BatchStat(inos []uint64) ([]*metapb.Inode, error) {
 
 // Resolve walks an absolute path (symlinks are not followed).
 func (ns *Namespace) Resolve(path string) (*metapb.Inode, error) {
-	if len(path) > maxPath {
-		return nil, fmt.Errorf("%w: path of %d bytes, limit %d", ErrNameTooLong, len(path), maxPath)
-	}
 	if !strings.HasPrefix(path, "/") {
 		return nil, fmt.Errorf("%w: %q is not absolute", ErrInvalidName, path)
 	}
-	in, err := ns.Stat(RootIno)
+	return ns.ResolveAt(RootIno, path)
+}
+
+// ResolveAt walks path from directory at, as openat(2) does (symlinks are
+// not followed); an empty path is at itself.
+func (ns *Namespace) ResolveAt(at uint64, path string) (*metapb.Inode, error) {
+	if len(path) > maxPath {
+		return nil, fmt.Errorf("%w: path of %d bytes, limit %d", ErrNameTooLong, len(path), maxPath)
+	}
+	in, err := ns.Stat(at)
 	for _, part := range strings.Split(path, "/") {
 		if err != nil || part == "" {
 			continue
@@ -582,17 +588,32 @@ func (ns *Namespace) Setattr(ino uint64, s SetAttr, now int64) (*metapb.Inode, e
 	return out, err
 }
 
-// Statfs counts the namespace's inodes.
-func (ns *Namespace) Statfs() (inodes uint64, err error) {
+// Usage is what Statfs counts.
+type Usage struct {
+	Inodes, Files uint64
+	Bytes         uint64 // the files' lengths, added up
+}
+
+// Statfs counts the namespace's inodes, files and file bytes.
+func (ns *Namespace) Statfs() (Usage, error) {
+	var u Usage
 	it, err := ns.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'i'}, UpperBound: []byte{'j'}})
 	if err != nil {
-		return 0, err
+		return u, err
 	}
 	defer it.Close()
+	in := &metapb.Inode{}
 	for it.First(); it.Valid(); it.Next() {
-		inodes++
+		u.Inodes++
+		if err := proto.Unmarshal(it.Value(), in); err != nil {
+			return u, fmt.Errorf("statfs: inode record %x: %w", it.Key(), err)
+		}
+		if in.Type == metapb.InodeType_FILE {
+			u.Files++
+			u.Bytes += in.Size
+		}
 	}
-	return inodes, it.Error()
+	return u, it.Error()
 }
 
 // Garbage returns up to limit files whose last link went, for the chunk

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"path"
+	"strconv"
 	"strings"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -27,30 +29,64 @@ type Service struct {
 // NewService serves r.
 func NewService(r *Replica) *Service { return &Service{r: r} }
 
-// split cleans an absolute path into its parent's path and its last name.
-func split(p string) (string, string, error) {
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p // REST paths arrive without the leading slash
-	}
+// where turns a request's (at, path) into the inode to walk from and a
+// clean path to walk: with at set, path is relative to directory inode at
+// (as in openat(2); empty means at itself), else it is absolute (REST paths
+// arrive without the leading slash).
+func where(at uint64, p string) (uint64, string, error) {
 	if len(p) > maxPath {
-		return "", "", ErrNameTooLong
+		return 0, "", fmt.Errorf("%w: path of %d bytes, limit %d", ErrNameTooLong, len(p), maxPath)
+	}
+	if at == 0 {
+		return RootIno, path.Clean("/" + p), nil
 	}
 	clean := path.Clean(p)
-	if clean == "/" {
-		return "", "", ErrInvalidName
+	switch {
+	case clean == ".":
+		return at, "", nil
+	case strings.HasPrefix(clean, "/") || clean == ".." || strings.HasPrefix(clean, "../"):
+		return 0, "", fmt.Errorf("%w: %q relative to inode %d", ErrInvalidName, p, at)
 	}
-	dir, name := path.Split(clean)
-	return dir, name, nil
+	return at, clean, nil
 }
 
-func (s *Service) resolveParent(ctx context.Context, p string) (uint64, string, error) {
-	dir, name, err := split(p)
+// split is where cut into the parent's path and the last name.
+func split(at uint64, p string) (base uint64, dir, name string, err error) {
+	base, clean, err := where(at, p)
+	if err != nil {
+		return 0, "", "", err
+	}
+	if clean == "/" || clean == "" {
+		return 0, "", "", fmt.Errorf("%w: %q names no entry", ErrInvalidName, p)
+	}
+	dir, name = path.Split(clean)
+	return base, dir, name, nil
+}
+
+// resolve returns the inode a request's (at, path) names.
+func (s *Service) resolve(ctx context.Context, at uint64, p string) (*metapb.Inode, error) {
+	base, clean, err := where(at, p)
+	if err != nil {
+		return nil, err
+	}
+	var out *metapb.Inode
+	err = s.r.Read(ctx, func(ns *Namespace) error {
+		out, err = ns.ResolveAt(base, clean)
+		return err
+	})
+	return out, err
+}
+
+// resolveParent returns the directory a request's (at, path) lies in, and
+// its last name.
+func (s *Service) resolveParent(ctx context.Context, at uint64, p string) (uint64, string, error) {
+	base, dir, name, err := split(at, p)
 	if err != nil {
 		return 0, "", err
 	}
 	var parent uint64
 	err = s.r.Read(ctx, func(ns *Namespace) error {
-		in, err := ns.Resolve(dir)
+		in, err := ns.ResolveAt(base, dir)
 		if err == nil {
 			parent = in.Ino
 		}
@@ -71,17 +107,8 @@ func (s *Service) do(ctx context.Context, cmd *metapb.Command) (*metapb.Inode, e
 }
 
 func (s *Service) Stat(ctx context.Context, req *metapb.PathRequest) (*metapb.Inode, error) {
-	p := req.Path
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	var out *metapb.Inode
-	err := s.r.Read(ctx, func(ns *Namespace) error {
-		in, err := ns.Resolve(path.Clean(p))
-		out = in
-		return err
-	})
-	return out, toStatus(err)
+	in, err := s.resolve(ctx, req.At, req.Path)
+	return in, toStatus(err)
 }
 
 func (s *Service) BatchStat(ctx context.Context, req *metapb.BatchStatRequest) (*metapb.BatchStatReply, error) {
@@ -109,28 +136,35 @@ func (s *Service) BatchStat(ctx context.Context, req *metapb.BatchStatRequest) (
 }
 
 func (s *Service) List(ctx context.Context, req *metapb.ListRequest) (*metapb.ListReply, error) {
-	p := req.Path
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
+	base, clean, err := where(req.At, req.Path)
+	if err != nil {
+		return nil, toStatus(err)
 	}
 	limit := int(req.Limit)
 	if limit <= 0 || limit > 10000 {
 		limit = 1000
 	}
 	reply := &metapb.ListReply{}
-	err := s.r.Read(ctx, func(ns *Namespace) error {
-		in, err := ns.Resolve(path.Clean(p))
+	err = s.r.Read(ctx, func(ns *Namespace) error {
+		in, err := ns.ResolveAt(base, clean)
 		if err != nil {
 			return err
 		}
-		reply.Entries, reply.More, err = ns.List(in.Ino, req.After, limit)
+		if reply.Entries, reply.More, err = ns.List(in.Ino, req.After, limit); err != nil || !req.WithInodes {
+			return err
+		}
+		inos := make([]uint64, len(reply.Entries))
+		for i, e := range reply.Entries {
+			inos[i] = e.Ino
+		}
+		reply.Inodes, err = ns.BatchStat(inos)
 		return err
 	})
 	return reply, toStatus(err)
 }
 
 func (s *Service) make(ctx context.Context, req *metapb.MakeRequest, dir bool) (*metapb.Inode, error) {
-	parent, name, err := s.resolveParent(ctx, req.Path)
+	parent, name, err := s.resolveParent(ctx, req.At, req.Path)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -152,16 +186,16 @@ func (s *Service) Create(ctx context.Context, req *metapb.MakeRequest) (*metapb.
 }
 
 func (s *Service) Symlink(ctx context.Context, req *metapb.SymlinkRequest) (*metapb.Inode, error) {
-	parent, name, err := s.resolveParent(ctx, req.Path)
+	parent, name, err := s.resolveParent(ctx, req.At, req.Path)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	return s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
-		Op: &metapb.Command_Symlink{Symlink: &metapb.SymlinkOp{Parent: parent, Name: name, Target: req.Target}}})
+		Op: &metapb.Command_Symlink{Symlink: &metapb.SymlinkOp{Parent: parent, Name: name, Target: req.Target, Uid: req.Uid, Gid: req.Gid}}})
 }
 
 func (s *Service) remove(ctx context.Context, req *metapb.PathRequest, dir bool) (*metapb.Empty, error) {
-	parent, name, err := s.resolveParent(ctx, req.Path)
+	parent, name, err := s.resolveParent(ctx, req.At, req.Path)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -183,11 +217,11 @@ func (s *Service) Rmdir(ctx context.Context, req *metapb.PathRequest) (*metapb.E
 }
 
 func (s *Service) Rename(ctx context.Context, req *metapb.RenameRequest) (*metapb.Empty, error) {
-	sp, sn, err := s.resolveParent(ctx, req.From)
+	sp, sn, err := s.resolveParent(ctx, req.FromAt, req.From)
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	dp, dn, err := s.resolveParent(ctx, req.To)
+	dp, dn, err := s.resolveParent(ctx, req.ToAt, req.To)
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -200,8 +234,8 @@ func (s *Service) Status(ctx context.Context, req *metapb.StatusRequest) (*metap
 	addr, id := s.r.raft.LeaderWithID()
 	reply := &metapb.StatusReply{Leader: string(id) + "@" + string(addr), State: s.r.raft.State().String(), AppliedIndex: s.r.AppliedIndex()}
 	reply.Members, _ = s.r.Members()
-	n, err := s.r.Namespace().Statfs()
-	reply.Inodes = n
+	u, err := s.r.Namespace().Statfs()
+	reply.Inodes = u.Inodes
 	return reply, toStatus(err)
 }
 
@@ -210,16 +244,8 @@ func (s *Service) Status(ctx context.Context, req *metapb.StatusRequest) (*metap
 // sequence number.
 func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.OpenReply, error) {
 	reply := &metapb.OpenReply{}
-	p := req.Path
-	if !strings.HasPrefix(p, "/") {
-		p = "/" + p
-	}
-	err := s.r.Read(ctx, func(ns *Namespace) error {
-		in, err := ns.Resolve(path.Clean(p))
-		reply.Inode = in
-		return err
-	})
-	if err != nil {
+	var err error
+	if reply.Inode, err = s.resolve(ctx, req.At, req.Path); err != nil {
 		return nil, toStatus(err)
 	}
 	if reply.Inode.Type != metapb.InodeType_FILE {
@@ -247,8 +273,43 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 // Close ends a write session, setting the file's length if given.
 func (s *Service) Close(ctx context.Context, req *metapb.CloseRequest) (*metapb.Empty, error) {
 	_, err := s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
-		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Client: req.Client, Session: req.Session, Size: req.Size}}})
+		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Client: req.Client, Session: req.Session, Size: req.Size, Keep: req.KeepOpen}}})
 	return &metapb.Empty{}, err
+}
+
+// Setattr changes the attributes the request sets on the inode it names.
+func (s *Service) Setattr(ctx context.Context, req *metapb.SetattrRequest) (*metapb.Inode, error) {
+	in, err := s.resolve(ctx, req.At, req.Path)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq, Op: &metapb.Command_Setattr{Setattr: &metapb.SetattrOp{
+		Ino: in.Ino, Mode: req.Mode, Uid: req.Uid, Gid: req.Gid, Size: req.Size, AtimeNs: req.AtimeNs, MtimeNs: req.MtimeNs}}})
+}
+
+// Link gives the file (path, at) the new name (new_path, new_at).
+func (s *Service) Link(ctx context.Context, req *metapb.LinkRequest) (*metapb.Inode, error) {
+	in, err := s.resolve(ctx, req.At, req.Path)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	parent, name, err := s.resolveParent(ctx, req.NewAt, req.NewPath)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
+		Op: &metapb.Command_Link{Link: &metapb.LinkOp{Ino: in.Ino, Parent: parent, Name: name}}})
+}
+
+// Statfs counts the namespace's inodes, files and bytes.
+func (s *Service) Statfs(ctx context.Context, req *metapb.StatfsRequest) (*metapb.StatfsReply, error) {
+	var u Usage
+	err := s.r.Read(ctx, func(ns *Namespace) error {
+		var err error
+		u, err = ns.Statfs()
+		return err
+	})
+	return &metapb.StatfsReply{Inodes: u.Inodes, Files: u.Files, Bytes: u.Bytes}, toStatus(err)
 }
 
 func (s *Service) AddMember(ctx context.Context, req *metapb.MemberRequest) (*metapb.Empty, error) {
@@ -289,5 +350,35 @@ func toStatus(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	}
-	return status.Error(code, err.Error())
+	st := status.New(code, err.Error())
+	// The namespace's own condition travels as a detail, so that a client
+	// can tell ENOTEMPTY from ENOTDIR where the gRPC code is the same.
+	var fe *fabric.Error
+	if errors.As(err, &fe) {
+		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: ErrorDomain, Reason: strconv.Itoa(int(fe.Code))}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
+}
+
+// ErrorDomain marks the gRPC error details that carry a namespace error's
+// fabric code (ErrorInfo.Reason, in decimal); see ErrorOf.
+const ErrorDomain = "meta.sluice"
+
+// CodeOf returns the namespace error a gRPC error carries (ErrNotEmpty and
+// the others, matching with errors.Is), or nil.
+func ErrorOf(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
+			if c, err := strconv.Atoi(info.Reason); err == nil {
+				return fabric.RemoteError(fabric.Code(c), st.Message())
+			}
+		}
+	}
+	return nil
 }

@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -224,5 +225,111 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %s", want)
 		}
+	}
+}
+
+// TestSetattrLinkStatfs: the calls the FUSE adapter needs — attributes,
+// hard links, usage, names relative to a directory inode, and namespace
+// errors that keep their identity across gRPC.
+func TestSetattrLinkStatfs(t *testing.T) {
+	c, _ := apiServer(t)
+	ctx := authed(t)
+	d, err := c.Mkdir(ctx, &metapb.MakeRequest{Path: "/d", Mode: 0o755})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.Create(ctx, &metapb.MakeRequest{At: d.Ino, Path: "f", Mode: 0o644, Uid: 7, Gid: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, err := c.Stat(ctx, &metapb.PathRequest{Path: "/d/f"}); err != nil || in.Ino != f.Ino || in.Uid != 7 {
+		t.Fatalf("a file made relative to its directory, by path: %v %v", in, err)
+	}
+	if in, err := c.Stat(ctx, &metapb.PathRequest{At: f.Ino}); err != nil || in.Ino != f.Ino {
+		t.Fatalf("stat of an inode by itself: %v %v", in, err)
+	}
+	mode, uid, size, mtime := uint32(0o4640), uint32(9), uint64(12345), int64(1e18)
+	in, err := c.Setattr(ctx, &metapb.SetattrRequest{At: d.Ino, Path: "f", Mode: &mode, Uid: &uid, Size: &size, MtimeNs: &mtime})
+	if err != nil || in.Mode != 0o4640 || in.Uid != 9 || in.Gid != 8 || in.Size != 12345 || in.MtimeNs != mtime {
+		t.Fatalf("setattr: %v %v", in, err)
+	}
+	if _, err := c.Setattr(ctx, &metapb.SetattrRequest{Path: "/d", Size: &size}); !errors.Is(ErrorOf(err), ErrIsDir) {
+		t.Fatalf("truncate of a directory: %v", err)
+	}
+	in, err = c.Link(ctx, &metapb.LinkRequest{Path: "/d/f", NewAt: RootIno, NewPath: "g"})
+	if err != nil || in.Ino != f.Ino || in.Nlink != 2 {
+		t.Fatalf("link: %v %v", in, err)
+	}
+	if _, err := c.Link(ctx, &metapb.LinkRequest{Path: "/d", NewPath: "/e"}); !errors.Is(ErrorOf(err), ErrIsDir) {
+		t.Fatalf("hard link to a directory: %v", err)
+	}
+	if _, err := c.Link(ctx, &metapb.LinkRequest{Path: "/d/f", NewPath: "/g"}); !errors.Is(ErrorOf(err), ErrExist) {
+		t.Fatalf("link over an existing name: %v", err)
+	}
+	if _, err := c.Unlink(ctx, &metapb.PathRequest{Path: "/d/f"}); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := c.Stat(ctx, &metapb.PathRequest{Path: "/g"}); err != nil || in.Nlink != 1 || in.Size != 12345 {
+		t.Fatalf("the other name after unlink: %v %v", in, err)
+	}
+	l, err := c.List(ctx, &metapb.ListRequest{At: RootIno, WithInodes: true})
+	if err != nil || len(l.Entries) != 2 || len(l.Inodes) != 2 || l.Inodes[1].Ino != f.Ino || l.Inodes[1].Size != 12345 {
+		t.Fatalf("list with inodes: %v %v", l, err)
+	}
+	st, err := c.Statfs(ctx, &metapb.StatfsRequest{})
+	if err != nil || st.Inodes != 3 || st.Files != 1 || st.Bytes != 12345 {
+		t.Fatalf("statfs: %v %v", st, err)
+	}
+	errCases := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"rmdir non-empty", func() error {
+			c.Create(ctx, &metapb.MakeRequest{Path: "/d/x"})
+			_, err := c.Rmdir(ctx, &metapb.PathRequest{Path: "/d"})
+			return err
+		}(), ErrNotEmpty},
+		{"long name", func() error {
+			_, err := c.Mkdir(ctx, &metapb.MakeRequest{At: d.Ino, Path: strings.Repeat("n", 256)})
+			return err
+		}(), ErrNameTooLong},
+		{"rmdir of a file", func() error { _, err := c.Rmdir(ctx, &metapb.PathRequest{At: d.Ino, Path: "x"}); return err }(), ErrNotDir},
+		{"escape upwards", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: d.Ino, Path: "../g"}); return err }(), ErrInvalidName},
+		{"missing", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: d.Ino, Path: "nope"}); return err }(), ErrNotFound},
+		{"stale inode", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: 999}); return err }(), ErrStale},
+	}
+	for _, tc := range errCases {
+		if !errors.Is(ErrorOf(tc.err), tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+}
+
+// TestCloseKeepOpen: fsync sets a file's length and keeps the write
+// session (so the collector still leaves the file alone).
+func TestCloseKeepOpen(t *testing.T) {
+	c, _ := apiServer(t)
+	ctx := authed(t)
+	if _, err := c.Create(ctx, &metapb.MakeRequest{Path: "/f"}); err != nil {
+		t.Fatal(err)
+	}
+	o, err := c.Open(ctx, &metapb.OpenRequest{Path: "/f", Write: true, Client: 3, Seq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := uint64(100)
+	if _, err := c.Close(ctx, &metapb.CloseRequest{Ino: o.Inode.Ino, Session: o.Session, Size: &size, KeepOpen: true, Client: 3, Seq: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := c.Stat(ctx, &metapb.PathRequest{Path: "/f"}); err != nil || in.Size != 100 {
+		t.Fatalf("length after fsync: %v %v", in, err)
+	}
+	size = 200
+	if _, err := c.Close(ctx, &metapb.CloseRequest{Ino: o.Inode.Ino, Session: o.Session, Size: &size, Client: 3, Seq: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := c.Stat(ctx, &metapb.PathRequest{Path: "/f"}); err != nil || in.Size != 200 {
+		t.Fatalf("length after close: %v %v", in, err)
 	}
 }

@@ -38,14 +38,17 @@ func (ns *Namespace) OpenSession(ino, client, session uint64, now int64) error {
 	})
 }
 
-// CloseSession ends a write session. A given size extends the file's
-// length to it (never shrinks it: another writer may have written further;
-// shrinking is Setattr's). If the file was unlinked meanwhile, the size
-// goes to its collector record, so all of its chunks get collected.
-func (ns *Namespace) CloseSession(ino, client, session uint64, size *uint64, now int64) error {
+// CloseSession ends a write session, or with keep (fsync) only sets the
+// length. A given size extends the file's length to it (never shrinks it:
+// another writer may have written further; shrinking is Setattr's). If the
+// file was unlinked meanwhile, the size goes to its collector record, so
+// all of its chunks get collected.
+func (ns *Namespace) CloseSession(ino, client, session uint64, size *uint64, keep bool, now int64) error {
 	return ns.write(func(b *pebble.Batch) error {
-		if err := b.Delete(sessionRecordKey(ino, client, session), nil); err != nil {
-			return err
+		if !keep {
+			if err := b.Delete(sessionRecordKey(ino, client, session), nil); err != nil {
+				return err
+			}
 		}
 		if size == nil {
 			return nil
