@@ -9,8 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -25,6 +23,7 @@ import (
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/server/cluster"
+	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
 	"github.com/sluicefs/sluice/server/rpc"
 	"github.com/sluicefs/sluice/server/storage"
@@ -151,29 +150,28 @@ func fsErr(op, p string, err error) error {
 	if err == nil {
 		return nil
 	}
+	cause := err
+	if e := meta.ErrorOf(err); e != nil {
+		cause = e // errors.Is(err, ErrNotEmpty) and the like work
+	}
 	switch status.Code(err) {
 	case codes.NotFound:
-		return fmt.Errorf("%s %s: %w (%v)", op, p, ErrNotExist, status.Convert(err).Message())
+		return fmt.Errorf("%s %s: %w (%w)", op, p, ErrNotExist, cause)
 	case codes.AlreadyExists:
-		return fmt.Errorf("%s %s: %w", op, p, ErrExist)
+		return fmt.Errorf("%s %s: %w (%w)", op, p, ErrExist, cause)
 	}
-	return fmt.Errorf("%s %s: %w", op, p, err)
+	return fmt.Errorf("%s %s: %w", op, p, cause)
 }
 
 // Mkdir makes a directory.
 func (c *Client) Mkdir(ctx context.Context, p string, mode uint32) error {
-	cctx, done := c.call(ctx)
-	defer done()
-	_, err := c.meta.Mkdir(cctx, &metapb.MakeRequest{Path: p, Mode: mode, Client: c.id, Seq: c.next()})
-	return fsErr("mkdir", p, err)
+	_, err := c.MkdirAt(ctx, 0, p, Owner{Mode: mode})
+	return err
 }
 
 // Stat returns a path's inode.
 func (c *Client) Stat(ctx context.Context, p string) (*metapb.Inode, error) {
-	cctx, done := c.call(ctx)
-	defer done()
-	in, err := c.meta.Stat(cctx, &metapb.PathRequest{Path: p})
-	return in, fsErr("stat", p, err)
+	return c.StatAt(ctx, 0, p)
 }
 
 // ReadDir lists a directory.
@@ -214,18 +212,13 @@ func (c *Client) Remove(ctx context.Context, p string) error {
 
 // Rename moves from to to, atomically.
 func (c *Client) Rename(ctx context.Context, from, to string) error {
-	cctx, done := c.call(ctx)
-	defer done()
-	_, err := c.meta.Rename(cctx, &metapb.RenameRequest{From: from, To: to, Client: c.id, Seq: c.next()})
-	return fsErr("rename", from, err)
+	return c.RenameAt(ctx, 0, from, 0, to)
 }
 
 // Symlink makes p a symbolic link to target.
 func (c *Client) Symlink(ctx context.Context, target, p string) error {
-	cctx, done := c.call(ctx)
-	defer done()
-	_, err := c.meta.Symlink(cctx, &metapb.SymlinkRequest{Path: p, Target: target, Client: c.id, Seq: c.next()})
-	return fsErr("symlink", p, err)
+	_, err := c.SymlinkAt(ctx, 0, p, target, Owner{})
+	return err
 }
 
 // Create makes an empty file and opens it for writing.
@@ -244,13 +237,7 @@ func (c *Client) Open(ctx context.Context, p string) (*File, error) { return c.O
 
 // OpenFile opens a file, for writing too when write is set.
 func (c *Client) OpenFile(ctx context.Context, p string, write bool) (*File, error) {
-	cctx, done := c.call(ctx)
-	defer done()
-	r, err := c.meta.Open(cctx, &metapb.OpenRequest{Path: p, Write: write, Client: c.id, Seq: c.next()})
-	if err != nil {
-		return nil, fsErr("open", p, err)
-	}
-	return &File{c: c, name: path.Clean("/" + strings.TrimPrefix(p, "/")), in: r.Inode, chains: r.Chains, session: r.Session, size: r.Inode.Size}, nil
+	return c.OpenAt(ctx, 0, p, write)
 }
 
 // File is an open file.
@@ -282,10 +269,12 @@ func (f *File) Size() int64 {
 	return int64(f.size)
 }
 
-func (c *Client) closeSession(f *File, size uint64) error {
-	cctx, done := c.call(context.Background())
+// closeSession records the file's length and ends its write session, or
+// with keep (fsync) keeps it.
+func (c *Client) closeSession(ctx context.Context, f *File, size uint64, keep bool) error {
+	cctx, done := c.call(ctx)
 	defer done()
-	_, err := c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Size: &size, Client: c.id, Seq: c.next()})
+	_, err := c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Size: &size, KeepOpen: keep, Client: c.id, Seq: c.next()})
 	return fsErr("close", f.name, err)
 }
 

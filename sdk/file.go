@@ -49,7 +49,18 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("write %s: negative offset", f.name)
 	}
-	ctx, done := f.c.call(context.Background())
+	if n, err := f.put(context.Background(), p, off); err != nil {
+		return n, err
+	}
+	f.mu.Lock()
+	f.size = max(f.size, uint64(off)+uint64(len(p)))
+	f.mu.Unlock()
+	return len(p), nil
+}
+
+// put stores p at off in the file's chunks (the length is the caller's).
+func (f *File) put(ctx context.Context, p []byte, off int64) (int, error) {
+	ctx, done := f.c.call(ctx)
 	defer done()
 	for _, pc := range f.pieces(off, len(p)) {
 		buf := <-f.c.buffers
@@ -61,9 +72,6 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 			return pc.off, fmt.Errorf("write %s: %w", f.name, err)
 		}
 	}
-	f.mu.Lock()
-	f.size = max(f.size, uint64(off)+uint64(len(p)))
-	f.mu.Unlock()
 	return len(p), nil
 }
 
@@ -111,5 +119,5 @@ func (f *File) Close() error {
 	if f.session == 0 {
 		return nil
 	}
-	return f.c.closeSession(f, size)
+	return f.c.closeSession(context.Background(), f, size, false)
 }

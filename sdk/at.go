@@ -1,0 +1,124 @@
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"strings"
+
+	"github.com/sluicefs/sluice/proto/metapb"
+)
+
+// The *At calls name entries the way openat(2) does: p relative to the
+// directory inode at, or with at == 0 an absolute path; an empty p with at
+// set names inode at itself. The FUSE adapter uses them, since the kernel
+// names everything by (directory inode, name); the path calls are the same
+// calls with at == 0.
+
+// Owner is the owner and permission bits a new inode gets.
+type Owner struct {
+	Mode     uint32
+	UID, GID uint32
+}
+
+// where is how errors name (at, p).
+func where(at uint64, p string) string {
+	if at == 0 {
+		return p
+	}
+	return fmt.Sprintf("inode %d:%s", at, p)
+}
+
+// StatAt returns the inode (at, p) names.
+func (c *Client) StatAt(ctx context.Context, at uint64, p string) (*metapb.Inode, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	in, err := c.meta.Stat(cctx, &metapb.PathRequest{At: at, Path: p})
+	return in, fsErr("stat", where(at, p), err)
+}
+
+// ListAt returns up to limit entries of directory (at, p) after the name
+// after, each with its inode (nil for one removed meanwhile), and whether
+// there are more.
+func (c *Client) ListAt(ctx context.Context, at uint64, p, after string, limit int) ([]*metapb.DirEntry, []*metapb.Inode, bool, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	r, err := c.meta.List(cctx, &metapb.ListRequest{At: at, Path: p, After: after, Limit: uint32(limit), WithInodes: true})
+	if err != nil {
+		return nil, nil, false, fsErr("readdir", where(at, p), err)
+	}
+	return r.Entries, r.Inodes, r.More, nil
+}
+
+// MkdirAt makes a directory.
+func (c *Client) MkdirAt(ctx context.Context, at uint64, p string, o Owner) (*metapb.Inode, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	in, err := c.meta.Mkdir(cctx, &metapb.MakeRequest{At: at, Path: p, Mode: o.Mode, Uid: o.UID, Gid: o.GID, Client: c.id, Seq: c.next()})
+	return in, fsErr("mkdir", where(at, p), err)
+}
+
+// CreateAt makes an empty file (it does not open it).
+func (c *Client) CreateAt(ctx context.Context, at uint64, p string, o Owner) (*metapb.Inode, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	in, err := c.meta.Create(cctx, &metapb.MakeRequest{At: at, Path: p, Mode: o.Mode, Uid: o.UID, Gid: o.GID, Client: c.id, Seq: c.next()})
+	return in, fsErr("create", where(at, p), err)
+}
+
+// SymlinkAt makes (at, p) a symbolic link to target.
+func (c *Client) SymlinkAt(ctx context.Context, at uint64, p, target string, o Owner) (*metapb.Inode, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	in, err := c.meta.Symlink(cctx, &metapb.SymlinkRequest{At: at, Path: p, Target: target, Uid: o.UID, Gid: o.GID, Client: c.id, Seq: c.next()})
+	return in, fsErr("symlink", where(at, p), err)
+}
+
+// UnlinkAt removes a name that is not a directory's; a file's chunks go
+// (through the collector) when its last name does and no writer holds it.
+func (c *Client) UnlinkAt(ctx context.Context, at uint64, p string) error {
+	cctx, done := c.call(ctx)
+	defer done()
+	_, err := c.meta.Unlink(cctx, &metapb.PathRequest{At: at, Path: p, Client: c.id, Seq: c.next()})
+	return fsErr("unlink", where(at, p), err)
+}
+
+// RmdirAt removes an empty directory.
+func (c *Client) RmdirAt(ctx context.Context, at uint64, p string) error {
+	cctx, done := c.call(ctx)
+	defer done()
+	_, err := c.meta.Rmdir(cctx, &metapb.PathRequest{At: at, Path: p, Client: c.id, Seq: c.next()})
+	return fsErr("rmdir", where(at, p), err)
+}
+
+// RenameAt moves (fromAt, from) to (toAt, to) atomically, replacing a file
+// there, or an empty directory by a directory.
+func (c *Client) RenameAt(ctx context.Context, fromAt uint64, from string, toAt uint64, to string) error {
+	cctx, done := c.call(ctx)
+	defer done()
+	_, err := c.meta.Rename(cctx, &metapb.RenameRequest{FromAt: fromAt, From: from, ToAt: toAt, To: to, Client: c.id, Seq: c.next()})
+	return fsErr("rename", where(fromAt, from), err)
+}
+
+// LinkAt gives the file (at, p) the new name (newAt, newP).
+func (c *Client) LinkAt(ctx context.Context, at uint64, p string, newAt uint64, newP string) (*metapb.Inode, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	in, err := c.meta.Link(cctx, &metapb.LinkRequest{At: at, Path: p, NewAt: newAt, NewPath: newP, Client: c.id, Seq: c.next()})
+	return in, fsErr("link", where(newAt, newP), err)
+}
+
+// OpenAt opens the file (at, p), for writing too when write is set.
+func (c *Client) OpenAt(ctx context.Context, at uint64, p string, write bool) (*File, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	r, err := c.meta.Open(cctx, &metapb.OpenRequest{At: at, Path: p, Write: write, Client: c.id, Seq: c.next()})
+	if err != nil {
+		return nil, fsErr("open", where(at, p), err)
+	}
+	name := where(at, p)
+	if at == 0 {
+		name = path.Clean("/" + strings.TrimPrefix(p, "/"))
+	}
+	return &File{c: c, name: name, in: r.Inode, chains: r.Chains, session: r.Session, size: r.Inode.Size}, nil
+}

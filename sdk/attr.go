@@ -1,0 +1,191 @@
+package sdk
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/server/meta"
+	"github.com/sluicefs/sluice/server/storage"
+)
+
+// Conditions callers branch on, beside ErrNotExist and ErrExist; the
+// cluster's own errors, so errors.Is matches them whichever side made them.
+var (
+	ErrNotDir      = meta.ErrNotDir
+	ErrIsDir       = meta.ErrIsDir
+	ErrNotEmpty    = meta.ErrNotEmpty
+	ErrInvalid     = meta.ErrInvalidName // a name or argument no call accepts
+	ErrNameTooLong = meta.ErrNameTooLong
+	ErrLoop        = meta.ErrLoop // a directory moved into itself
+	ErrStale       = meta.ErrStale
+	ErrNoSpace     = storage.ErrNoSpace
+	ErrUnavailable = storage.ErrUnavailable // a chain with no serving replica
+)
+
+// SetAttr says which attributes Setattr changes; nil ones stay.
+type SetAttr struct {
+	Mode, UID, GID *uint32
+	Size           *uint64 // truncate or extend (files)
+	Atime, Mtime   *time.Time
+}
+
+// SetattrAt changes the attributes of (at, p) that s sets. A new size goes
+// through File.Truncate, so storage drops what lies past it.
+func (c *Client) SetattrAt(ctx context.Context, at uint64, p string, s SetAttr) (*metapb.Inode, error) {
+	if s.Size != nil {
+		f, err := c.OpenAt(ctx, at, p, false)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		if err := f.Truncate(ctx, int64(*s.Size)); err != nil {
+			return nil, err
+		}
+		at, p, s.Size = f.in.Ino, "", nil
+	}
+	req := &metapb.SetattrRequest{At: at, Path: p, Mode: s.Mode, Uid: s.UID, Gid: s.GID, Client: c.id, Seq: c.next()}
+	if s.Atime != nil {
+		t := s.Atime.UnixNano()
+		req.AtimeNs = &t
+	}
+	if s.Mtime != nil {
+		t := s.Mtime.UnixNano()
+		req.MtimeNs = &t
+	}
+	cctx, done := c.call(ctx)
+	defer done()
+	in, err := c.meta.Setattr(cctx, req)
+	return in, fsErr("setattr", where(at, p), err)
+}
+
+// Truncate sets the length of file p.
+func (c *Client) Truncate(ctx context.Context, p string, size int64) error {
+	if size < 0 {
+		return fmt.Errorf("truncate %s: negative length: %w", p, ErrInvalid)
+	}
+	n := uint64(size)
+	_, err := c.SetattrAt(ctx, 0, p, SetAttr{Size: &n})
+	return err
+}
+
+// Chmod sets p's permission bits (and setuid, setgid, sticky).
+func (c *Client) Chmod(ctx context.Context, p string, mode uint32) error {
+	_, err := c.SetattrAt(ctx, 0, p, SetAttr{Mode: &mode})
+	return err
+}
+
+// Chown sets p's owner and group.
+func (c *Client) Chown(ctx context.Context, p string, uid, gid uint32) error {
+	_, err := c.SetattrAt(ctx, 0, p, SetAttr{UID: &uid, GID: &gid})
+	return err
+}
+
+// Utimes sets p's access and modification times.
+func (c *Client) Utimes(ctx context.Context, p string, atime, mtime time.Time) error {
+	_, err := c.SetattrAt(ctx, 0, p, SetAttr{Atime: &atime, Mtime: &mtime})
+	return err
+}
+
+// Link makes newP another name of file p.
+func (c *Client) Link(ctx context.Context, p, newP string) error {
+	_, err := c.LinkAt(ctx, 0, p, 0, newP)
+	return err
+}
+
+// Readlink returns the target of symbolic link p.
+func (c *Client) Readlink(ctx context.Context, p string) (string, error) {
+	in, err := c.Stat(ctx, p)
+	if err != nil {
+		return "", err
+	}
+	if in.Type != metapb.InodeType_SYMLINK {
+		return "", fmt.Errorf("readlink %s: not a symbolic link: %w", p, ErrInvalid)
+	}
+	return in.Target, nil
+}
+
+// Usage is what the namespace holds.
+type Usage struct {
+	Inodes, Files uint64
+	Bytes         uint64 // the files' lengths, added up
+}
+
+// Statfs counts the namespace's inodes, files and bytes.
+func (c *Client) Statfs(ctx context.Context) (Usage, error) {
+	cctx, done := c.call(ctx)
+	defer done()
+	r, err := c.meta.Statfs(cctx, &metapb.StatfsRequest{})
+	if err != nil {
+		return Usage{}, fsErr("statfs", "/", err)
+	}
+	return Usage{Inodes: r.Inodes, Files: r.Files, Bytes: r.Bytes}, nil
+}
+
+// Inode is the file's inode as of opening (its length as this handle
+// knows it is Size).
+func (f *File) Inode() *metapb.Inode { return f.in }
+
+// Sync makes the length written through this handle visible to every
+// client, keeping the handle open (fsync). The bytes themselves are on
+// storage, replicated, once WriteAt returns.
+func (f *File) Sync(ctx context.Context) error {
+	if f.session == 0 {
+		return nil
+	}
+	return f.c.closeSession(ctx, f, uint64(f.Size()), true)
+}
+
+// Truncate sets the file's length. Shrinking removes the chunks wholly
+// past the new end from storage and overwrites the rest of the chunk the
+// end falls in with zeros, so that a later extension reads zeros there, as
+// POSIX wants; then the namespace records the length. It works on any
+// handle (permission is the caller's business, as for ftruncate).
+func (f *File) Truncate(ctx context.Context, size int64) error {
+	if size < 0 {
+		return fmt.Errorf("truncate %s: negative length: %w", f.name, ErrInvalid)
+	}
+	cur, err := f.c.StatAt(ctx, f.in.Ino, "")
+	if err != nil {
+		return err
+	}
+	if old := max(cur.Size, uint64(f.Size())); uint64(size) < old {
+		if err := f.trim(ctx, uint64(size), old); err != nil {
+			return fmt.Errorf("truncate %s: %w", f.name, err)
+		}
+	}
+	n := uint64(size)
+	cctx, done := f.c.call(ctx)
+	defer done()
+	if _, err := f.c.meta.Setattr(cctx, &metapb.SetattrRequest{At: f.in.Ino, Size: &n, Client: f.c.id, Seq: f.c.next()}); err != nil {
+		return fsErr("truncate", f.name, err)
+	}
+	f.mu.Lock()
+	f.size = n
+	f.mu.Unlock()
+	return nil
+}
+
+// trim makes [size, old) read as zeros: the chunk size falls in gets zeros
+// from there to its end, and the chunks after it are removed.
+func (f *File) trim(ctx context.Context, size, old uint64) error {
+	cs := uint64(f.in.Layout.GetChunkSize())
+	if cs == 0 {
+		return nil
+	}
+	next := (size + cs - 1) / cs // the first chunk wholly past size
+	if end := min(next*cs, old); end > size {
+		if _, err := f.put(ctx, make([]byte, end-size), int64(size)); err != nil {
+			return err
+		}
+	}
+	cctx, done := f.c.call(ctx)
+	defer done()
+	for i := next; i < (old+cs-1)/cs; i++ {
+		if err := f.c.store.Remove(cctx, f.chain(i), storage.ChunkID{Inode: f.in.Ino, Index: uint32(i)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
