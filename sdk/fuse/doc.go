@@ -1,0 +1,25 @@
+// Package fuse mounts a Sluice cluster as a POSIX file system through the
+// kernel's FUSE interface (github.com/hanwen/go-fuse/v2, raw
+// fuse.RawFileSystem API, 1 MiB requests).
+//
+// It owns the translation between kernel requests and SDK calls and
+// nothing else: FUSE node ids are Sluice inode numbers (the root is inode 1
+// on both sides), every name the kernel sends is resolved relative to its
+// directory inode with the SDK's *At calls, and the semantics (what rename
+// replaces, what truncate drops, what a file's length is after close) live
+// in the SDK and the metadata service. What it keeps itself is what only a
+// mount has: the open-file table (one SDK file per inode, shared by the
+// kernel's handles on it), sequential readahead into registered memory,
+// directory listings between opendir and releasedir, and the mapping of
+// errors to errno values.
+//
+// Permission checks are the kernel's (the default_permissions mount
+// option), against the mode, owner and group the metadata service keeps,
+// exactly as for a local file system.
+//
+// It must never hold file data past a request except in readahead windows,
+// which a write to the file discards, and must never decide POSIX semantics
+// on its own. The node-local agent serving shmring clients (the USRBIO path)
+// runs beside the mount in the same process (see cmd/sluice mount) but is
+// not part of this package.
+package fuse

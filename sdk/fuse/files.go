@@ -1,0 +1,260 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/sdk"
+)
+
+// openFile is one inode open in this mount: one SDK file shared by all the
+// kernel's handles on it, so that they agree on the file's length, and the
+// readahead windows of its sequential reader.
+type openFile struct {
+	ino  uint64
+	refs int // under FS.mu
+
+	mu     sync.RWMutex // writers: swapping f; readers: using it
+	f      *sdk.File
+	writer bool        // f is open for writing
+	dirty  atomic.Bool // written since the length was last published
+
+	ra *readahead
+}
+
+// handle is one of the kernel's file handles.
+type handle struct {
+	of    *openFile
+	write bool
+}
+
+func (of *openFile) size() int64 {
+	of.mu.RLock()
+	defer of.mu.RUnlock()
+	return of.f.Size()
+}
+
+func (of *openFile) inode() *metapb.Inode {
+	of.mu.RLock()
+	defer of.mu.RUnlock()
+	in := proto.Clone(of.f.Inode()).(*metapb.Inode)
+	in.Size = uint64(of.f.Size())
+	return in
+}
+
+// acquire opens inode ino in this mount (again), for writing too when
+// write is set, and returns a new handle number.
+func (fs *FS) acquire(ctx context.Context, ino uint64, write bool) (uint64, *openFile, error) {
+	fs.mu.Lock()
+	of := fs.open[ino]
+	if of == nil {
+		of = &openFile{ino: ino}
+		fs.open[ino] = of
+	}
+	of.refs++
+	fs.mu.Unlock()
+	if err := of.ensure(ctx, fs.c, write, fs.cfg.Readahead); err != nil {
+		fs.drop(of)
+		return 0, nil, err
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.nextFh++
+	fs.fhs[fs.nextFh] = &handle{of: of, write: write}
+	return fs.nextFh, of, nil
+}
+
+// ensure opens the SDK file, or reopens it for writing when a writer comes
+// to a file open only for reading.
+func (of *openFile) ensure(ctx context.Context, c *sdk.Client, write bool, window int) error {
+	of.mu.Lock()
+	defer of.mu.Unlock()
+	if of.f != nil && (!write || of.writer) {
+		return nil
+	}
+	f, err := c.OpenAt(ctx, of.ino, "", write)
+	if err != nil {
+		return err
+	}
+	if old := of.f; old != nil { // open for reading only: nothing to publish
+		of.ra.close()
+		old.Close()
+	}
+	of.f, of.writer = f, write
+	of.ra = newReadahead(c, f, window)
+	return nil
+}
+
+// drop releases one reference to of; the last one closes the SDK file,
+// which publishes the length and ends the write session.
+func (fs *FS) drop(of *openFile) error {
+	fs.mu.Lock()
+	of.refs--
+	last := of.refs == 0
+	if last {
+		delete(fs.open, of.ino)
+	}
+	fs.mu.Unlock()
+	if !last {
+		return nil
+	}
+	of.mu.Lock()
+	defer of.mu.Unlock()
+	if of.f == nil {
+		return nil
+	}
+	of.ra.close()
+	return of.f.Close()
+}
+
+func (fs *FS) handle(fh uint64) *handle {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return fs.fhs[fh]
+}
+
+const accMode = syscall.O_ACCMODE
+
+func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	write := in.Flags&accMode != syscall.O_RDONLY
+	fh, of, err := fs.acquire(ctx, in.NodeId, write)
+	if err != nil {
+		return fs.errno("open", in.NodeId, err)
+	}
+	if in.Flags&syscall.O_TRUNC != 0 && write {
+		if err := of.truncate(ctx, 0); err != nil {
+			fs.Release(cancel, &gofuse.ReleaseIn{InHeader: in.InHeader, Fh: fh})
+			return fs.errno("open", in.NodeId, err)
+		}
+	}
+	out.Fh = fh
+	return gofuse.OK
+}
+
+func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, out *gofuse.CreateOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	ino, err := fs.c.CreateAt(ctx, in.NodeId, name, owner(&in.InHeader, in.Mode))
+	if errors.Is(err, sdk.ErrExist) && in.Flags&syscall.O_EXCL == 0 {
+		ino, err = fs.c.StatAt(ctx, in.NodeId, name) // made by someone else meanwhile: open it
+	}
+	if err != nil {
+		return fs.errno("create", in.NodeId, err)
+	}
+	open := gofuse.OpenIn{InHeader: in.InHeader, Flags: in.Flags}
+	open.NodeId = ino.Ino
+	if st := fs.Open(cancel, &open, &out.OpenOut); !st.Ok() {
+		return st
+	}
+	fs.fillEntry(ino, &out.EntryOut)
+	return gofuse.OK
+}
+
+func (fs *FS) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte) (gofuse.ReadResult, gofuse.Status) {
+	h := fs.handle(in.Fh)
+	if h == nil {
+		return nil, gofuse.EBADF
+	}
+	ctx, done := fs.op()
+	defer done()
+	n, err := h.of.read(ctx, buf[:min(len(buf), int(in.Size))], int64(in.Offset))
+	if err != nil {
+		return nil, fs.errno("read", in.NodeId, err)
+	}
+	return gofuse.ReadResultData(buf[:n]), gofuse.OK
+}
+
+func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (uint32, gofuse.Status) {
+	h := fs.handle(in.Fh)
+	if h == nil || !h.write {
+		return 0, gofuse.EBADF
+	}
+	n, err := h.of.write(data, int64(in.Offset))
+	if err != nil {
+		return uint32(n), fs.errno("write", in.NodeId, err)
+	}
+	return uint32(n), gofuse.OK
+}
+
+// Flush comes with every close(2): the length written so far becomes
+// visible to every client, as after close on a local file system.
+func (fs *FS) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
+	return fs.sync("flush", in.NodeId, in.Fh)
+}
+
+func (fs *FS) Fsync(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
+	return fs.sync("fsync", in.NodeId, in.Fh)
+}
+
+func (fs *FS) sync(op string, ino, fh uint64) gofuse.Status {
+	h := fs.handle(fh)
+	if h == nil {
+		return gofuse.EBADF
+	}
+	ctx, done := fs.op()
+	defer done()
+	return fs.errno(op, ino, h.of.sync(ctx))
+}
+
+func (fs *FS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
+	fs.mu.Lock()
+	h := fs.fhs[in.Fh]
+	delete(fs.fhs, in.Fh)
+	fs.mu.Unlock()
+	if h == nil {
+		return
+	}
+	if err := fs.drop(h.of); err != nil {
+		fs.errno("release", in.NodeId, err)
+	}
+}
+
+func (of *openFile) read(ctx context.Context, p []byte, off int64) (int, error) {
+	of.mu.RLock()
+	defer of.mu.RUnlock()
+	n, err := of.ra.read(ctx, p, off)
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	return n, err
+}
+
+func (of *openFile) write(p []byte, off int64) (int, error) {
+	of.mu.RLock()
+	defer of.mu.RUnlock()
+	of.ra.invalidate()
+	of.dirty.Store(true)
+	return of.f.WriteAt(p, off)
+}
+
+func (of *openFile) truncate(ctx context.Context, size int64) error {
+	of.mu.RLock()
+	defer of.mu.RUnlock()
+	of.ra.invalidate()
+	return of.f.Truncate(ctx, size)
+}
+
+func (of *openFile) sync(ctx context.Context) error {
+	if !of.dirty.Swap(false) {
+		return nil
+	}
+	of.mu.RLock()
+	defer of.mu.RUnlock()
+	if err := of.f.Sync(ctx); err != nil {
+		of.dirty.Store(true)
+		return fmt.Errorf("publish the length of inode %d: %w", of.ino, err)
+	}
+	return nil
+}

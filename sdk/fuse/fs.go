@@ -1,0 +1,338 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/sdk"
+)
+
+// Config tunes a mount. Zero fields take the defaults in brackets.
+type Config struct {
+	// AttrTimeout and EntryTimeout are how long the kernel may cache an
+	// inode's attributes and a name's lookup (1s): short, since other
+	// clients change the namespace too.
+	AttrTimeout, EntryTimeout time.Duration
+	// OpTimeout bounds each request to the cluster (60s); past it the
+	// caller gets EIO.
+	OpTimeout time.Duration
+	// Readahead is the window read ahead of a sequential reader, in one
+	// batched read (8 MiB); a second window is fetched in the background.
+	Readahead int
+	// Capacity is the size df reports (1 PiB): storage does not report
+	// its capacity yet, so free space is Capacity less the files' bytes.
+	Capacity uint64
+	// AllowOther lets users other than the mounting one in (permission
+	// checks still apply).
+	AllowOther bool
+	Logger     *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.AttrTimeout <= 0 {
+		c.AttrTimeout = time.Second
+	}
+	if c.EntryTimeout <= 0 {
+		c.EntryTimeout = time.Second
+	}
+	if c.OpTimeout <= 0 {
+		c.OpTimeout = time.Minute
+	}
+	if c.Readahead <= 0 {
+		c.Readahead = 8 << 20
+	}
+	if c.Capacity == 0 {
+		c.Capacity = 1 << 50
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// FS is the file system the kernel talks to: a gofuse.RawFileSystem over
+// an SDK client.
+type FS struct {
+	gofuse.RawFileSystem // ENOSYS for what Sluice does not do (xattrs, locks, ...)
+
+	c   *sdk.Client
+	cfg Config
+	log *slog.Logger
+
+	mu     sync.Mutex
+	open   map[uint64]*openFile // by inode
+	fhs    map[uint64]*handle   // by file handle
+	dirs   map[uint64]*dirHandle
+	nextFh uint64
+}
+
+var _ gofuse.RawFileSystem = (*FS)(nil)
+
+// NewFS serves client c's cluster.
+func NewFS(c *sdk.Client, cfg Config) *FS {
+	cfg.defaults()
+	return &FS{RawFileSystem: gofuse.NewDefaultRawFileSystem(), c: c, cfg: cfg, log: cfg.Logger,
+		open: map[uint64]*openFile{}, fhs: map[uint64]*handle{}, dirs: map[uint64]*dirHandle{}}
+}
+
+func (fs *FS) String() string { return "sluice" }
+
+// op is the context of one request: the configured deadline.
+func (fs *FS) op() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), fs.cfg.OpTimeout)
+}
+
+func owner(h *gofuse.InHeader, mode uint32) sdk.Owner {
+	return sdk.Owner{Mode: mode & 0o7777, UID: h.Uid, GID: h.Gid}
+}
+
+var typeBits = map[metapb.InodeType]uint32{
+	metapb.InodeType_FILE:      syscall.S_IFREG,
+	metapb.InodeType_DIRECTORY: syscall.S_IFDIR,
+	metapb.InodeType_SYMLINK:   syscall.S_IFLNK,
+}
+
+// fillAttr converts an inode; a file open in this mount has the length
+// its writers have reached, which the namespace learns at flush.
+func (fs *FS) fillAttr(in *metapb.Inode, a *gofuse.Attr) {
+	size := in.Size
+	if in.Type == metapb.InodeType_FILE {
+		fs.mu.Lock()
+		if of := fs.open[in.Ino]; of != nil {
+			size = max(size, uint64(of.size()))
+		}
+		fs.mu.Unlock()
+	}
+	*a = gofuse.Attr{Ino: in.Ino, Size: size, Blocks: (size + 511) / 512, Mode: typeBits[in.Type] | in.Mode&0o7777,
+		Nlink: in.Nlink, Owner: gofuse.Owner{Uid: in.Uid, Gid: in.Gid}, Blksize: 1 << 20}
+	a.Atime, a.Atimensec = uint64(in.AtimeNs/1e9), uint32(in.AtimeNs%1e9)
+	a.Mtime, a.Mtimensec = uint64(in.MtimeNs/1e9), uint32(in.MtimeNs%1e9)
+	a.Ctime, a.Ctimensec = uint64(in.CtimeNs/1e9), uint32(in.CtimeNs%1e9)
+}
+
+func (fs *FS) fillEntry(in *metapb.Inode, out *gofuse.EntryOut) {
+	out.NodeId, out.Generation = in.Ino, 0 // inode numbers are never reused
+	out.SetEntryTimeout(fs.cfg.EntryTimeout)
+	out.SetAttrTimeout(fs.cfg.AttrTimeout)
+	fs.fillAttr(in, &out.Attr)
+}
+
+// entry answers a request that makes or finds an inode.
+func (fs *FS) entry(op string, ino uint64, in *metapb.Inode, err error, out *gofuse.EntryOut) gofuse.Status {
+	if err != nil {
+		return fs.errno(op, ino, err)
+	}
+	fs.fillEntry(in, out)
+	return gofuse.OK
+}
+
+func (fs *FS) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, out *gofuse.EntryOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	in, err := fs.c.StatAt(ctx, h.NodeId, name)
+	return fs.entry("lookup", h.NodeId, in, err, out)
+}
+
+// Forget: node ids are inode numbers, so the mount keeps nothing per
+// lookup to forget.
+func (fs *FS) Forget(nodeid, nlookup uint64) {}
+
+// stat is an inode's attributes; a file unlinked while open here keeps
+// the ones it had.
+func (fs *FS) stat(ctx context.Context, ino uint64) (*metapb.Inode, error) {
+	in, err := fs.c.StatAt(ctx, ino, "")
+	if errors.Is(err, sdk.ErrNotExist) {
+		fs.mu.Lock()
+		of := fs.open[ino]
+		fs.mu.Unlock()
+		if of != nil {
+			in := of.inode()
+			in.Nlink = 0
+			return in, nil
+		}
+	}
+	return in, err
+}
+
+func (fs *FS) GetAttr(cancel <-chan struct{}, in *gofuse.GetAttrIn, out *gofuse.AttrOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	ino, err := fs.stat(ctx, in.NodeId)
+	if err != nil {
+		return fs.errno("getattr", in.NodeId, err)
+	}
+	out.SetTimeout(fs.cfg.AttrTimeout)
+	fs.fillAttr(ino, &out.Attr)
+	return gofuse.OK
+}
+
+func (fs *FS) SetAttr(cancel <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.AttrOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	var s sdk.SetAttr
+	if m, ok := in.GetMode(); ok {
+		s.Mode = &m
+	}
+	if u, ok := in.GetUID(); ok {
+		s.UID = &u
+	}
+	if g, ok := in.GetGID(); ok {
+		s.GID = &g
+	}
+	if t, ok := in.GetATime(); ok {
+		s.Atime = &t
+	}
+	if t, ok := in.GetMTime(); ok {
+		s.Mtime = &t
+	}
+	if size, ok := in.GetSize(); ok {
+		// A file open here truncates through its shared handle, so the
+		// handle's idea of the length follows.
+		fs.mu.Lock()
+		of := fs.open[in.NodeId]
+		fs.mu.Unlock()
+		if of != nil {
+			if err := of.truncate(ctx, int64(size)); err != nil {
+				return fs.errno("truncate", in.NodeId, err)
+			}
+		} else {
+			s.Size = &size
+		}
+	}
+	ino, err := fs.c.SetattrAt(ctx, in.NodeId, "", s)
+	if err != nil {
+		return fs.errno("setattr", in.NodeId, err)
+	}
+	out.SetTimeout(fs.cfg.AttrTimeout)
+	fs.fillAttr(ino, &out.Attr)
+	return gofuse.OK
+}
+
+func (fs *FS) Mkdir(cancel <-chan struct{}, in *gofuse.MkdirIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	ino, err := fs.c.MkdirAt(ctx, in.NodeId, name, owner(&in.InHeader, in.Mode))
+	return fs.entry("mkdir", in.NodeId, ino, err, out)
+}
+
+// Mknod makes regular files only (no devices, fifos or sockets).
+func (fs *FS) Mknod(cancel <-chan struct{}, in *gofuse.MknodIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	if in.Mode&syscall.S_IFMT != syscall.S_IFREG {
+		return gofuse.EPERM
+	}
+	ctx, done := fs.op()
+	defer done()
+	ino, err := fs.c.CreateAt(ctx, in.NodeId, name, owner(&in.InHeader, in.Mode))
+	return fs.entry("mknod", in.NodeId, ino, err, out)
+}
+
+func (fs *FS) Unlink(cancel <-chan struct{}, h *gofuse.InHeader, name string) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	return fs.errno("unlink", h.NodeId, fs.c.UnlinkAt(ctx, h.NodeId, name))
+}
+
+func (fs *FS) Rmdir(cancel <-chan struct{}, h *gofuse.InHeader, name string) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	return fs.errno("rmdir", h.NodeId, fs.c.RmdirAt(ctx, h.NodeId, name))
+}
+
+// renameNoReplace is renameat2's RENAME_NOREPLACE.
+const renameNoReplace = 1
+
+func (fs *FS) Rename(cancel <-chan struct{}, in *gofuse.RenameIn, oldName, newName string) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	switch in.Flags {
+	case 0:
+	case renameNoReplace:
+		if _, err := fs.c.StatAt(ctx, in.Newdir, newName); err == nil {
+			return gofuse.Status(syscall.EEXIST)
+		} else if !errors.Is(err, sdk.ErrNotExist) {
+			return fs.errno("rename", in.NodeId, err)
+		}
+	default:
+		return gofuse.EINVAL // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported
+	}
+	return fs.errno("rename", in.NodeId, fs.c.RenameAt(ctx, in.NodeId, oldName, in.Newdir, newName))
+}
+
+func (fs *FS) Link(cancel <-chan struct{}, in *gofuse.LinkIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	ino, err := fs.c.LinkAt(ctx, in.Oldnodeid, "", in.NodeId, name)
+	return fs.entry("link", in.NodeId, ino, err, out)
+}
+
+func (fs *FS) Symlink(cancel <-chan struct{}, h *gofuse.InHeader, target, name string, out *gofuse.EntryOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	ino, err := fs.c.SymlinkAt(ctx, h.NodeId, name, target, owner(h, 0o777))
+	return fs.entry("symlink", h.NodeId, ino, err, out)
+}
+
+func (fs *FS) Readlink(cancel <-chan struct{}, h *gofuse.InHeader) ([]byte, gofuse.Status) {
+	ctx, done := fs.op()
+	defer done()
+	in, err := fs.c.StatAt(ctx, h.NodeId, "")
+	if err != nil {
+		return nil, fs.errno("readlink", h.NodeId, err)
+	}
+	if in.Type != metapb.InodeType_SYMLINK {
+		return nil, gofuse.EINVAL
+	}
+	return []byte(in.Target), gofuse.OK
+}
+
+// Access checks mask against the inode's mode the way a local file system
+// does (with default_permissions the kernel mostly checks for itself).
+func (fs *FS) Access(cancel <-chan struct{}, in *gofuse.AccessIn) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	ino, err := fs.stat(ctx, in.NodeId)
+	if err != nil {
+		return fs.errno("access", in.NodeId, err)
+	}
+	if !permitted(ino, in.Uid, in.Gid, in.Mask&7) {
+		return gofuse.EACCES
+	}
+	return gofuse.OK
+}
+
+// permitted reports whether uid (in group gid) may do want (r=4, w=2,
+// x=1) to in. Root may do anything but execute a file no one may execute.
+func permitted(in *metapb.Inode, uid, gid, want uint32) bool {
+	if uid == 0 {
+		return want&1 == 0 || in.Type == metapb.InodeType_DIRECTORY || in.Mode&0o111 != 0
+	}
+	bits := in.Mode & 7
+	switch {
+	case uid == in.Uid:
+		bits = in.Mode >> 6 & 7
+	case gid == in.Gid:
+		bits = in.Mode >> 3 & 7
+	}
+	return want&^bits == 0
+}
+
+func (fs *FS) StatFs(cancel <-chan struct{}, h *gofuse.InHeader, out *gofuse.StatfsOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	u, err := fs.c.Statfs(ctx)
+	if err != nil {
+		return fs.errno("statfs", h.NodeId, err)
+	}
+	const bsize = 4096
+	used := (u.Bytes + bsize - 1) / bsize
+	total := max(fs.cfg.Capacity/bsize, used)
+	*out = gofuse.StatfsOut{Blocks: total, Bfree: total - used, Bavail: total - used,
+		Files: u.Inodes + 1<<32, Ffree: 1 << 32, Bsize: bsize, Frsize: bsize, NameLen: 255}
+	return gofuse.OK
+}

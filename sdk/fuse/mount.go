@@ -1,0 +1,91 @@
+package fuse
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/sluicefs/sluice/sdk"
+)
+
+// Mount is a mounted file system, served until Unmount (or until someone
+// unmounts it from outside, e.g. fusermount3 -u).
+type Mount struct {
+	Dir    string
+	FS     *FS
+	server *gofuse.Server
+	done   chan struct{}
+}
+
+// New mounts client c's cluster at dir and serves it in the background. A
+// stale mount left at dir by a process that died is cleaned up first.
+func New(c *sdk.Client, dir string, cfg Config) (*Mount, error) {
+	fs := NewFS(c, cfg)
+	if err := CleanStale(dir); err != nil {
+		return nil, err
+	}
+	opts := &gofuse.MountOptions{
+		FsName:       "sluice",
+		Name:         "sluice",
+		MaxWrite:     1 << 20,
+		MaxReadAhead: 1 << 20,
+		AllowOther:   fs.cfg.AllowOther,
+		// The kernel checks permissions against the attributes we return,
+		// as for a local file system.
+		Options:       []string{"default_permissions"},
+		DirectMount:   os.Geteuid() == 0, // no fusermount3 needed as root
+		DisableXAttrs: true,
+	}
+	srv, err := gofuse.NewServer(fs, dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	m := &Mount{Dir: dir, FS: fs, server: srv, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		srv.Serve()
+	}()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
+		<-m.done
+		return nil, fmt.Errorf("mount %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// Done is closed once the file system is no longer served (unmounted).
+func (m *Mount) Done() <-chan struct{} { return m.done }
+
+// Unmount unmounts and waits until serving has stopped. It fails (EBUSY)
+// while a process still has a file open or its working directory inside.
+func (m *Mount) Unmount() error {
+	if err := m.server.Unmount(); err != nil {
+		return fmt.Errorf("unmount %s: %w", m.Dir, err)
+	}
+	<-m.done
+	return nil
+}
+
+// CleanStale detects a mount at dir whose serving process is gone (every
+// access fails with ENOTCONN, "transport endpoint is not connected") and
+// detaches it, so that dir can be mounted again.
+func CleanStale(dir string) error {
+	_, err := os.Stat(dir)
+	if err == nil || !errors.Is(err, syscall.ENOTCONN) {
+		return nil // not mounted, or a live mount: mounting over it reports the error
+	}
+	if os.Geteuid() == 0 {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			return fmt.Errorf("clean up the stale mount at %s: %w", dir, err)
+		}
+		return nil
+	}
+	if out, err := exec.Command("fusermount3", "-u", "-z", dir).CombinedOutput(); err != nil {
+		return fmt.Errorf("clean up the stale mount at %s: %w: %s", dir, err, out)
+	}
+	return nil
+}
