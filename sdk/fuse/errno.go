@@ -3,7 +3,7 @@ package fuse
 import (
 	"context"
 	"errors"
-		"syscall"
+	"syscall"
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 

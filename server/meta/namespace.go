@@ -334,6 +334,9 @@ func (ns *Namespace) ResolveAt(at uint64, path string) (*metapb.Inode, error) {
 		if err != nil || part == "" {
 			continue
 		}
+		if len(part) > maxName {
+			return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrNameTooLong, len(part), maxName)
+		}
 		in, err = ns.Lookup(in.Ino, part)
 	}
 	return in, err
