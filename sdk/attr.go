@@ -44,6 +44,9 @@ func (c *Client) SetattrAt(ctx context.Context, at uint64, p string, s SetAttr) 
 			return nil, err
 		}
 		at, p, s.Size = f.in.Ino, "", nil
+		if s == (SetAttr{}) { // nothing else to change
+			return c.StatAt(ctx, at, p)
+		}
 	}
 	req := &metapb.SetattrRequest{At: at, Path: p, Mode: s.Mode, Uid: s.UID, Gid: s.GID, Client: c.id, Seq: c.next()}
 	if s.Atime != nil {
