@@ -27,7 +27,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoCmd(), newServerCmd(), newDatasetCmd())
+	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoCmd(), newServerCmd(), newDatasetCmd(), newMountCmd())
 	root.AddCommand(newFileCmds()...)
 	return root
 }

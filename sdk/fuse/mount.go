@@ -70,6 +70,20 @@ func (m *Mount) Unmount() error {
 	return nil
 }
 
+// Close unmounts like Unmount, or, while files are still open there,
+// detaches the mount lazily (the kernel lets it go once they close) and
+// waits for serving to stop.
+func (m *Mount) Close() error {
+	if err := m.Unmount(); err == nil {
+		return nil
+	}
+	if err := detach(m.Dir); err != nil {
+		return err
+	}
+	<-m.done
+	return nil
+}
+
 // CleanStale detects a mount at dir whose serving process is gone (every
 // access fails with ENOTCONN, "transport endpoint is not connected") and
 // detaches it, so that dir can be mounted again.
@@ -78,14 +92,22 @@ func CleanStale(dir string) error {
 	if err == nil || !errors.Is(err, syscall.ENOTCONN) {
 		return nil // not mounted, or a live mount: mounting over it reports the error
 	}
+	if err := detach(dir); err != nil {
+		return fmt.Errorf("clean up the stale mount: %w", err)
+	}
+	return nil
+}
+
+// detach unmounts dir lazily (umount -l).
+func detach(dir string) error {
 	if os.Geteuid() == 0 {
 		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
-			return fmt.Errorf("clean up the stale mount at %s: %w", dir, err)
+			return fmt.Errorf("detach %s: %w", dir, err)
 		}
 		return nil
 	}
 	if out, err := exec.Command("fusermount3", "-u", "-z", dir).CombinedOutput(); err != nil {
-		return fmt.Errorf("clean up the stale mount at %s: %w: %s", dir, err, out)
+		return fmt.Errorf("detach %s: %w: %s", dir, err, out)
 	}
 	return nil
 }

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/sluicefs/sluice/sdk/fuse"
+)
+
+func newMountCmd() *cobra.Command {
+	var cf connFlags
+	var cfg fuse.Config
+	cmd := &cobra.Command{
+		Use:   "mount MOUNTPOINT",
+		Short: "Mount the cluster through FUSE, for tools that only speak POSIX",
+		Long: `Mounts the cluster at MOUNTPOINT and serves it until SIGINT or SIGTERM, then
+unmounts (lazily if a process still holds a file there). A stale mount left by
+a process that died is cleaned up first. Needs /dev/fuse, and root or
+fusermount3 (package fuse3).`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
+			c, err := cf.connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			stop := make(chan os.Signal, 1)
+			signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
+			defer signal.Stop(stop)
+			m, err := fuse.New(c, dir, cfg)
+			if err != nil {
+				return err
+			}
+			// TODO(agent, issue 6): the mount process is also the node's
+			// local agent for shmring clients (the USRBIO path). Start the
+			// SDK's agent here on the same client once it lands (sdk,
+			// shmring; another engineer's work), and close it before the
+			// client: one process, one client, both paths.
+			fmt.Fprintf(cmd.OutOrStdout(), "mounted %s at %s\n", cf.cluster, dir)
+			select {
+			case sig := <-stop:
+				cfg.Logger.Info("unmounting", "signal", sig.String(), "dir", dir)
+				return m.Close()
+			case <-m.Done():
+				return nil // unmounted from outside
+			}
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().BoolVar(&cfg.AllowOther, "allow-other", false, "let other users in (permission checks still apply)")
+	cmd.Flags().DurationVar(&cfg.AttrTimeout, "attr-timeout", time.Second, "how long the kernel caches attributes")
+	cmd.Flags().DurationVar(&cfg.EntryTimeout, "entry-timeout", time.Second, "how long the kernel caches name lookups")
+	cmd.Flags().DurationVar(&cfg.OpTimeout, "timeout", time.Minute, "limit on each request to the cluster (then EIO)")
+	cmd.Flags().IntVar(&cfg.Readahead, "readahead", 8<<20, "bytes read ahead of a sequential reader")
+	return cmd
+}
+

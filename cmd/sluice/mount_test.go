@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicefs/sluice/sdk"
+	"github.com/sluicefs/sluice/server/cluster"
+)
+
+// mounted reports whether dir is a mount point, per /proc/self/mountinfo.
+func mounted(t *testing.T, dir string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// TestMountCommand: `sluice mount` serves the cluster at the mount point
+// (what cp writes there the SDK reads) and unmounts on SIGTERM and on
+// SIGINT, lazily when a file is still open there.
+func TestMountCommand(t *testing.T) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse on this machine")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), Targets: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		dir := t.TempDir()
+		proc := startProc(t, "mounted", "mount", "--cluster", c.Addr, "--token", c.Token, dir)
+		if !mounted(t, dir) {
+			t.Fatalf("%s is not a mount point", dir)
+		}
+		name := filepath.Join(dir, "f"+sig.String())
+		if err := os.WriteFile(name, []byte("through the mount"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var held *os.File
+		if i == 1 { // keep a file open: the unmount must detach lazily
+			if held, err = os.Open(name); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f, err := cl.Open(ctx, "/f"+sig.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 100)
+		n, _ := f.ReadAt(b, 0)
+		f.Close()
+		if string(b[:n]) != "through the mount" {
+			t.Fatalf("the SDK reads %q", b[:n])
+		}
+		if err := proc.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- proc.Wait() }()
+		if held != nil {
+			// Detached at once, served until the last file closes.
+			for deadline := time.Now().Add(10 * time.Second); mounted(t, dir); time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s is still mounted 10s after %v", dir, sig)
+				}
+			}
+			b := make([]byte, 7)
+			if _, err := held.ReadAt(b, 0); err != nil || string(b) != "through" {
+				t.Fatalf("an open file after the lazy unmount: %q %v", b, err)
+			}
+			select {
+			case err := <-done:
+				t.Fatalf("sluice mount exited while a file was open there: %v", err)
+			default:
+			}
+			held.Close()
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("after %v: %v", sig, err)
+			}
+		case <-time.After(30 * time.Second):
+			proc.Process.Kill()
+			<-done
+			t.Fatalf("sluice mount did not exit after %v", sig)
+		}
+		if mounted(t, dir) {
+			t.Fatalf("%s is still mounted after %v", dir, sig)
+		}
+	}
+}
