@@ -62,4 +62,3 @@ fusermount3 (package fuse3).`,
 	cmd.Flags().IntVar(&cfg.Readahead, "readahead", 8<<20, "bytes read ahead of a sequential reader")
 	return cmd
 }
-
