@@ -59,6 +59,6 @@ fusermount3 (package fuse3).`,
 	cmd.Flags().DurationVar(&cfg.AttrTimeout, "attr-timeout", time.Second, "how long the kernel caches attributes")
 	cmd.Flags().DurationVar(&cfg.EntryTimeout, "entry-timeout", time.Second, "how long the kernel caches name lookups")
 	cmd.Flags().DurationVar(&cfg.OpTimeout, "timeout", time.Minute, "limit on each request to the cluster (then EIO)")
-	cmd.Flags().IntVar(&cfg.Readahead, "readahead", 8<<20, "bytes read ahead of a sequential reader")
+	cmd.Flags().IntVar(&cfg.Readahead, "readahead", 16<<20, "bytes read ahead of a sequential reader")
 	return cmd
 }

@@ -63,7 +63,7 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, write bool) (uint64, *ope
 	}
 	of.refs++
 	fs.mu.Unlock()
-	if err := of.ensure(ctx, fs.c, write, fs.cfg.Readahead); err != nil {
+	if err := of.ensure(ctx, fs.c, write, fs.cfg.Readahead, &fs.stats); err != nil {
 		fs.drop(of)
 		return 0, nil, err
 	}
@@ -76,7 +76,7 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, write bool) (uint64, *ope
 
 // ensure opens the SDK file, or reopens it for writing when a writer comes
 // to a file open only for reading.
-func (of *openFile) ensure(ctx context.Context, c *sdk.Client, write bool, window int) error {
+func (of *openFile) ensure(ctx context.Context, c *sdk.Client, write bool, window int, stats *Stats) error {
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if of.f != nil && (!write || of.writer) {
@@ -91,7 +91,7 @@ func (of *openFile) ensure(ctx context.Context, c *sdk.Client, write bool, windo
 		old.Close()
 	}
 	of.f, of.writer = f, write
-	of.ra = newReadahead(c, f, window)
+	of.ra = newReadahead(c, f, window, stats)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,9 +24,13 @@ type Config struct {
 	// OpTimeout bounds each request to the cluster (60s); past it the
 	// caller gets EIO.
 	OpTimeout time.Duration
-	// Readahead is the window read ahead of a sequential reader, in one
-	// batched read (8 MiB); a second window is fetched in the background.
+	// Readahead is how far a sequential reader is read ahead (16 MiB), in
+	// four windows, each fetched by one batched read.
 	Readahead int
+	// KernelReadahead is the kernel's own readahead for the mount (8 MiB;
+	// settable as root only): it decides how many of a sequential reader's
+	// requests are in flight at once.
+	KernelReadahead int
 	// Capacity is the size df reports (1 PiB): storage does not report
 	// its capacity yet, so free space is Capacity less the files' bytes.
 	Capacity uint64
@@ -46,7 +51,10 @@ func (c *Config) defaults() {
 		c.OpTimeout = time.Minute
 	}
 	if c.Readahead <= 0 {
-		c.Readahead = 8 << 20
+		c.Readahead = 16 << 20
+	}
+	if c.KernelReadahead <= 0 {
+		c.KernelReadahead = 8 << 20
 	}
 	if c.Capacity == 0 {
 		c.Capacity = 1 << 50
@@ -65,6 +73,8 @@ type FS struct {
 	cfg Config
 	log *slog.Logger
 
+	stats Stats
+
 	mu     sync.Mutex
 	open   map[uint64]*openFile // by inode
 	fhs    map[uint64]*handle   // by file handle
@@ -82,6 +92,15 @@ func NewFS(c *sdk.Client, cfg Config) *FS {
 }
 
 func (fs *FS) String() string { return "sluice" }
+
+// Stats counts what the readahead did, since the mount began.
+type Stats struct {
+	Windows        atomic.Int64 // windows fetched, each in one batched read
+	ReadaheadBytes atomic.Int64 // bytes the kernel got out of windows
+}
+
+// Stats is the mount's counters.
+func (fs *FS) Stats() *Stats { return &fs.stats }
 
 // op is the context of one request: the configured deadline.
 func (fs *FS) op() (context.Context, context.CancelFunc) {

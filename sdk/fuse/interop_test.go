@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
@@ -84,5 +85,42 @@ func TestDD(t *testing.T) {
 	}
 	if in, err := mt.cl.Stat(context.Background(), "/big"); err != nil || in.Size != 256<<20 {
 		t.Fatalf("the SDK's length: %v %v", in, err)
+	}
+}
+
+// TestReadahead: a sequential reader is served from readahead windows (one
+// batched read each), and a write through the mount is seen by the next
+// read, not hidden by a window fetched before it.
+func TestReadahead(t *testing.T) {
+	mt := mount(t, 1<<20)
+	data := fabrictest.RandBytes(15, 40<<20+777)
+	f, err := mt.cl.Create(context.Background(), "/seq")
+	must(t, err)
+	_, err = f.WriteAt(data, 0)
+	must(t, err)
+	must(t, f.Close())
+	got, err := os.ReadFile(filepath.Join(mt.dir, "seq"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("sequential read: %d bytes, %v, equal=%v", len(got), err, bytes.Equal(got, data))
+	}
+	st := mt.m.FS.Stats()
+	if w, n := st.Windows.Load(), st.ReadaheadBytes.Load(); w < 5 || n < 20<<20 {
+		t.Fatalf("readahead served %d bytes from %d windows of a 40 MiB sequential read", n, w)
+	}
+	rw, err := os.OpenFile(filepath.Join(mt.dir, "seq"), os.O_RDWR|syscall.O_DIRECT, 0)
+	must(t, err)
+	defer rw.Close()
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < 8<<20; off += int64(len(buf)) { // windows now hold the first 16 MiB
+		if _, err := rw.ReadAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	patch := bytes.Repeat([]byte{0xab}, 1<<20)
+	if _, err := rw.WriteAt(patch, 9<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.ReadAt(buf, 9<<20); err != nil || !bytes.Equal(buf, patch) {
+		t.Fatalf("a read after a write returned the bytes from before it")
 	}
 }

@@ -95,11 +95,17 @@ func TestRandomOperations(t *testing.T) {
 			} else {
 				model = append(model, make([]byte, size-len(model))...)
 			}
-		case r < 90: // read
+		case r < 85: // read
 			off := rng.IntN(maxSize)
 			n := 1 + rng.IntN(100000)
 			log = append(log, fmt.Sprintf("%d read %d+%d", i, off, n))
 			check(off, n)
+		case r < 90: // a sequential pass, which the readahead windows serve
+			step := 4096 << rng.IntN(6)
+			log = append(log, fmt.Sprintf("%d sequential read in %d-byte pieces", i, step))
+			for off := 0; off < len(model)+step; off += step {
+				check(off, step)
+			}
 		case r < 95: // fsync, then the length as stat and the SDK see it
 			log = append(log, fmt.Sprintf("%d fsync", i))
 			if err := f.Sync(); err != nil {

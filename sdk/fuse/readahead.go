@@ -10,62 +10,57 @@ import (
 	"github.com/sluicefs/sluice/sdk"
 )
 
-// readahead serves a sequential reader from windows of registered memory,
-// each filled by one batched read (every chunk of the window, one call per
-// storage node, the nodes pushing in parallel). While the reader consumes
-// one window the next is fetched in the background. Reads that are not
-// sequential go straight to the file, untouched by the windows, so random
-// readers pay nothing for it.
+// readahead serves a sequential reader from windows of registered memory.
+// The file is cut into aligned windows (window i holds bytes [i*W,
+// (i+1)*W)); a sequential reader keeps the window it reads from and the
+// next few fetched or in flight, each filled by one batched read (every
+// chunk of the window, one call per storage node, the nodes pushing in
+// parallel). Since windows are aligned, the kernel's requests may arrive
+// in any order and still find theirs. Reads that are not sequential go
+// straight to the file, so random readers pay nothing for it.
 //
-// The kernel sends a sequential reader's requests a few at a time and not
-// always in order, so "sequential" means: within slack of where the last
-// read ended, twice in a row.
+// "Sequential" means: within slack of where the last read ended, twice in
+// a row (the kernel's own readahead keeps several requests in flight).
 type readahead struct {
-	c      *sdk.Client
-	f      *sdk.File
-	window int
+	c     *sdk.Client
+	stats *Stats
+	f     *sdk.File
+	width int64 // W
+	ahead int   // windows kept: the one being read and ahead-1 after it
 
-	ctx    context.Context // ends background fetches at close
+	ctx    context.Context // ends fetches at close
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
 	mu      sync.Mutex
-	wins    [2]*window // allocated at the first sequential run
-	cur     *window    // serving
-	next    *window    // being fetched, or fetched
+	wins    []*window // allocated at the first sequential read
 	lastEnd int64
 	streak  int
-	gen     uint64 // bumped by writes: older windows are stale
+	gen     uint64 // bumped by writes: windows of older generations are stale
 }
 
 type window struct {
-	buf  *sdk.Buffer
-	off  int64
-	n    int
-	gen  uint64
-	done chan struct{} // closed when the fetch into buf ends
-	err  error
+	buf   *sdk.Buffer
+	idx   int64 // which window of the file; -1 for none
+	n     int   // bytes of the file in it (the last window is short)
+	gen   uint64
+	done  chan struct{} // closed when the fetch ends; err is set then
+	err   error
+	pins  int // readers copying out of it
+	valid bool
 }
 
-// slack is how far from the last read's end a read may start and still
-// count as sequential: a few of the kernel's requests in flight.
-const slack = 4 << 20
+// windowsAhead is how many windows a sequential reader keeps: the
+// readahead budget is cut into this many.
+const windowsAhead = 4
 
-func newReadahead(c *sdk.Client, f *sdk.File, window int) *readahead {
+// slack: see readahead.
+const slack = 16 << 20
+
+func newReadahead(c *sdk.Client, f *sdk.File, budget int, stats *Stats) *readahead {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &readahead{c: c, f: f, window: window, ctx: ctx, cancel: cancel}
-}
-
-func (w *window) has(pos int64) bool { return w != nil && pos >= w.off && pos < w.off+int64(w.n) }
-
-// wait waits for the window's fetch to end.
-func (w *window) wait(ctx context.Context) error {
-	select {
-	case <-w.done:
-		return w.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	width := max(int64(budget/windowsAhead), 1<<20)
+	return &readahead{c: c, f: f, stats: stats, width: width, ahead: windowsAhead, ctx: ctx, cancel: cancel}
 }
 
 // read reads p at off: io.EOF past the file's end.
@@ -77,8 +72,7 @@ func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error)
 	p = p[:min(int64(len(p)), size-off)]
 	end := off + int64(len(p))
 	ra.mu.Lock()
-	near := ra.lastEnd > 0 && off >= ra.lastEnd-slack && off <= ra.lastEnd+slack
-	if near || ra.cur.has(off) {
+	if ra.lastEnd > 0 && off >= ra.lastEnd-slack && off <= ra.lastEnd+slack {
 		ra.streak++
 		ra.lastEnd = max(ra.lastEnd, end)
 	} else {
@@ -88,104 +82,147 @@ func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error)
 		ra.mu.Unlock()
 		return ra.f.ReadAt(p, off)
 	}
-	defer ra.mu.Unlock()
-	for got := 0; got < len(p); {
-		pos := off + int64(got)
-		if ra.cur.has(pos) {
-			got += copy(p[got:], ra.cur.buf.B[pos-ra.cur.off:ra.cur.n])
-			continue
-		}
-		if w := ra.next; w != nil && pos >= w.off && pos < w.off+int64(ra.window) {
-			ra.next = nil
-			if err := w.wait(ctx); err != nil || w.gen != ra.gen || !w.has(pos) {
-				continue // stale or failed: fetched again below
-			}
-			ra.cur = w
-			continue
-		}
-		w, err := ra.spare(ctx)
-		if err != nil {
-			return got, err
-		}
-		ra.prepare(w, pos, size)
-		ra.fill(ctx, w)
-		if w.err != nil {
-			return got, w.err
-		}
-		ra.cur = w
+	first, last := off/ra.width, (end-1)/ra.width
+	if err := ra.schedule(first, size); err != nil {
+		ra.mu.Unlock()
+		return 0, err
 	}
-	// Past the middle of the window: fetch the next one meanwhile.
-	if cur := ra.cur; ra.next == nil && cur != nil && off+int64(len(p)) > cur.off+int64(cur.n/2) && cur.off+int64(cur.n) < size {
-		if w, err := ra.spare(ctx); err == nil {
-			ra.next = w
-			ra.prepare(w, cur.off+int64(cur.n), size)
-			ra.wg.Add(1)
-			go func() {
-				defer ra.wg.Done()
-				fctx, cancel := context.WithTimeout(ra.ctx, time.Minute)
-				defer cancel()
-				ra.fill(fctx, w)
-			}()
+	var pinned []*window
+	for i := first; i <= last; i++ {
+		if w := ra.find(i); w != nil {
+			w.pins++
+			pinned = append(pinned, w)
 		}
+	}
+	ra.mu.Unlock()
+	defer func() {
+		ra.mu.Lock()
+		for _, w := range pinned {
+			w.pins--
+		}
+		ra.mu.Unlock()
+	}()
+	for pos := off; pos < end; {
+		stop := min(end, (pos/ra.width+1)*ra.width)
+		var w *window
+		for _, pw := range pinned {
+			if pw.idx == pos/ra.width {
+				w = pw
+			}
+		}
+		if w == nil || w.wait(ctx) != nil || stop-w.idx*ra.width > int64(w.n) {
+			// No window to spare, its fetch failed, or the file grew
+			// past it: read directly.
+			if _, err := ra.f.ReadAt(p[pos-off:stop-off], pos); err != nil && err != io.EOF {
+				return int(pos - off), err
+			}
+		} else {
+			copy(p[pos-off:stop-off], w.buf.B[pos-w.idx*ra.width:])
+			ra.stats.ReadaheadBytes.Add(stop - pos)
+		}
+		pos = stop
 	}
 	return len(p), nil
 }
 
-// spare returns a window that is neither serving nor being fetched into,
-// allocating the two windows at first use.
-func (ra *readahead) spare(ctx context.Context) (*window, error) {
-	for i, w := range ra.wins {
-		if w == nil {
-			buf, err := ra.c.NewBuffer(ra.window)
-			if err != nil {
-				return nil, fmt.Errorf("readahead window: %w", err)
-			}
-			w = &window{buf: buf, done: make(chan struct{})}
-			close(w.done)
-			ra.wins[i] = w
-		}
-		if w != ra.cur && w != ra.next {
-			// A stale fetch may still be filling it.
-			if err := w.wait(ctx); err != nil && ctx.Err() != nil {
-				return nil, err
-			}
-			return w, nil
+// find returns the current window i, fetched or in flight (not failed).
+func (ra *readahead) find(i int64) *window {
+	for _, w := range ra.wins {
+		if w.valid && w.idx == i && w.gen == ra.gen && !w.failed() {
+			return w
 		}
 	}
-	// Both in use: the serving window gives way.
-	ra.cur = nil
-	return ra.spare(ctx)
+	return nil
 }
 
-// prepare points w at the file from pos (up to the window's size and the
-// file's end), under ra.mu; fill then reads the bytes in.
-func (ra *readahead) prepare(w *window, pos, size int64) {
-	*w = window{buf: w.buf, off: pos, n: int(min(int64(ra.window), size-pos)), gen: ra.gen, done: make(chan struct{})}
+// failed reports whether the window's fetch is over and failed.
+func (w *window) failed() bool {
+	select {
+	case <-w.done:
+		return w.err != nil
+	default:
+		return false
+	}
 }
 
-// fill reads w's bytes in one batched read; it touches only w.buf and
-// w.err, so it may run without ra.mu.
-func (ra *readahead) fill(ctx context.Context, w *window) {
-	w.err = ra.c.ReadBatch(ctx, []sdk.ReadOp{{File: ra.f, Off: w.off, N: w.n, Buf: w.buf, BufOff: 0}})
-	close(w.done)
+// schedule makes sure windows first..first+ahead-1 (those inside the
+// file) are fetched or in flight, reusing windows behind first or stale
+// ones, never one being read or still being filled.
+func (ra *readahead) schedule(first, size int64) error {
+	if ra.wins == nil {
+		for i := 0; i < ra.ahead; i++ {
+			buf, err := ra.c.NewBuffer(int(ra.width))
+			if err != nil {
+				return fmt.Errorf("readahead window: %w", err)
+			}
+			done := make(chan struct{})
+			close(done)
+			ra.wins = append(ra.wins, &window{buf: buf, idx: -1, done: done})
+		}
+	}
+	for i := first; i < first+int64(ra.ahead) && i*ra.width < size; i++ {
+		if ra.find(i) != nil {
+			continue
+		}
+		w := ra.free(first)
+		if w == nil {
+			return nil // all busy: later reads schedule it
+		}
+		*w = window{buf: w.buf, idx: i, n: int(min(ra.width, size-i*ra.width)), gen: ra.gen, done: make(chan struct{}), valid: true}
+		ra.wg.Add(1)
+		go func() {
+			defer ra.wg.Done()
+			ctx, cancel := context.WithTimeout(ra.ctx, time.Minute)
+			defer cancel()
+			// Only w.err and w.buf change here, before done closes; the
+			// rest is read under ra.mu.
+			w.err = ra.c.ReadBatch(ctx, []sdk.ReadOp{{File: ra.f, Off: w.idx * ra.width, N: w.n, Buf: w.buf}})
+			ra.stats.Windows.Add(1)
+			close(w.done)
+		}()
+	}
+	return nil
 }
 
-// invalidate drops the windows: the file changed.
+// free returns a window that may be refilled: not pinned, its fetch over,
+// and stale or behind first.
+func (ra *readahead) free(first int64) *window {
+	for _, w := range ra.wins {
+		select {
+		case <-w.done:
+		default:
+			continue
+		}
+		if w.pins == 0 && (!w.valid || w.gen != ra.gen || w.idx < first || w.err != nil) {
+			return w
+		}
+	}
+	return nil
+}
+
+// wait waits for the window's fetch to end.
+func (w *window) wait(ctx context.Context) error {
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// invalidate makes every window stale: the file changed.
 func (ra *readahead) invalidate() {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	ra.gen++
-	ra.cur, ra.next = nil, nil
 	ra.streak = 0
 }
 
-// close stops background fetches and frees the windows.
+// close stops the fetches and frees the windows.
 func (ra *readahead) close() {
 	ra.cancel()
 	ra.wg.Wait()
 	for _, w := range ra.wins {
-		if w != nil {
-			w.buf.Release()
-		}
+		w.buf.Release()
 	}
 }
