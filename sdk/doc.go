@@ -4,8 +4,13 @@
 // satisfy io.ReaderAt, io.WriterAt and io.Closer; their chunks are placed on
 // chains by the file's layout (meta.ChunkChain).
 //
-// Not built yet (see the SDK issue): batched I/O across many files, the
-// local agent serving shmring clients, the FUSE adapter's semantics.
+// Entries can be named by absolute path or, with the *At calls, relative to
+// a directory inode, as the FUSE adapter (sdk/fuse) names them. Attribute
+// changes, truncate (which trims the chunks on storage), hard links and
+// fsync (File.Sync) are in attr.go.
+//
+// Not built yet (see the SDK issue): batched writes across many files, the
+// local agent serving shmring clients.
 //
 // It may import server APIs, fabric and shmring, never dataset.
 package sdk
