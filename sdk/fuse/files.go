@@ -38,6 +38,23 @@ type handle struct {
 	write bool
 }
 
+// opened returns inode ino's open file, if this mount has it open (and
+// not just being opened).
+func (fs *FS) opened(ino uint64) *openFile {
+	fs.mu.Lock()
+	of := fs.open[ino]
+	fs.mu.Unlock()
+	if of == nil {
+		return nil
+	}
+	of.mu.RLock()
+	defer of.mu.RUnlock()
+	if of.f == nil {
+		return nil
+	}
+	return of
+}
+
 func (of *openFile) size() int64 {
 	of.mu.RLock()
 	defer of.mu.RUnlock()

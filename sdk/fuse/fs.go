@@ -122,11 +122,9 @@ var typeBits = map[metapb.InodeType]uint32{
 func (fs *FS) fillAttr(in *metapb.Inode, a *gofuse.Attr) {
 	size := in.Size
 	if in.Type == metapb.InodeType_FILE {
-		fs.mu.Lock()
-		if of := fs.open[in.Ino]; of != nil {
+		if of := fs.opened(in.Ino); of != nil {
 			size = max(size, uint64(of.size()))
 		}
-		fs.mu.Unlock()
 	}
 	*a = gofuse.Attr{Ino: in.Ino, Size: size, Blocks: (size + 511) / 512, Mode: typeBits[in.Type] | in.Mode&0o7777,
 		Nlink: in.Nlink, Owner: gofuse.Owner{Uid: in.Uid, Gid: in.Gid}, Blksize: 1 << 20}
@@ -167,10 +165,7 @@ func (fs *FS) Forget(nodeid, nlookup uint64) {}
 func (fs *FS) stat(ctx context.Context, ino uint64) (*metapb.Inode, error) {
 	in, err := fs.c.StatAt(ctx, ino, "")
 	if errors.Is(err, sdk.ErrNotExist) {
-		fs.mu.Lock()
-		of := fs.open[ino]
-		fs.mu.Unlock()
-		if of != nil {
+		if of := fs.opened(ino); of != nil {
 			in := of.inode()
 			in.Nlink = 0
 			return in, nil
@@ -213,10 +208,7 @@ func (fs *FS) SetAttr(cancel <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.
 	if size, ok := in.GetSize(); ok {
 		// A file open here truncates through its shared handle, so the
 		// handle's idea of the length follows.
-		fs.mu.Lock()
-		of := fs.open[in.NodeId]
-		fs.mu.Unlock()
-		if of != nil {
+		if of := fs.opened(in.NodeId); of != nil {
 			if err := of.truncate(ctx, int64(size)); err != nil {
 				return fs.errno("truncate", in.NodeId, err)
 			}

@@ -19,8 +19,10 @@ import (
 // in any order and still find theirs. Reads that are not sequential go
 // straight to the file, so random readers pay nothing for it.
 //
-// "Sequential" means: within slack of where the last read ended, twice in
-// a row (the kernel's own readahead keeps several requests in flight).
+// "Sequential" means: within slack of where the last read ended, three
+// times in a row (the kernel's own readahead keeps several requests in
+// flight, in any order; and a random reader of a large file should almost
+// never set a window fetch off).
 type readahead struct {
 	c     *sdk.Client
 	stats *Stats
@@ -78,7 +80,7 @@ func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error)
 	} else {
 		ra.streak, ra.lastEnd = 0, end
 	}
-	if ra.streak < 2 {
+	if ra.streak < 3 {
 		ra.mu.Unlock()
 		return ra.f.ReadAt(p, off)
 	}
