@@ -275,3 +275,23 @@ func (of *openFile) sync(ctx context.Context) error {
 	}
 	return nil
 }
+
+// OnUnmount closes what the kernel left open (a lazy unmount ends only
+// when the last file closes, but a forced one does not wait): the SDK
+// files publish their lengths and the readahead fetches stop.
+func (fs *FS) OnUnmount() {
+	fs.mu.Lock()
+	open := fs.open
+	fs.open, fs.fhs, fs.dirs = map[uint64]*openFile{}, map[uint64]*handle{}, map[uint64]*dirHandle{}
+	fs.mu.Unlock()
+	for ino, of := range open {
+		of.mu.Lock()
+		if of.f != nil {
+			of.ra.close()
+			if err := of.f.Close(); err != nil {
+				fs.log.Warn("fuse: closing a file left open at unmount", "ino", ino, "err", err)
+			}
+		}
+		of.mu.Unlock()
+	}
+}

@@ -83,6 +83,11 @@ func (m *Mount) Done() <-chan struct{} { return m.done }
 // Unmount unmounts and waits until serving has stopped. It fails (EBUSY)
 // while a process still has a file open or its working directory inside.
 func (m *Mount) Unmount() error {
+	select {
+	case <-m.done:
+		return nil // already unmounted (from outside, or forced)
+	default:
+	}
 	if err := m.server.Unmount(); err != nil {
 		return fmt.Errorf("unmount %s: %w", m.Dir, err)
 	}

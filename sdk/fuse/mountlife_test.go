@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/sdk"
 	"github.com/sluicefs/sluice/server/cluster"
@@ -215,5 +217,35 @@ func TestUnavailableIsEIO(t *testing.T) {
 		if st := fs.errno("op", 1, tc.err); syscall.Errno(st) != tc.want {
 			t.Errorf("%v: %v, want %v", tc.err, st, tc.want)
 		}
+	}
+}
+
+// TestForcedUnmount: aborting the connection (as `umount -f` or writing
+// to fusectl's abort does) with a file still open ends serving, and what
+// the file's writer wrote is published as on close.
+func TestForcedUnmount(t *testing.T) {
+	mt := mount(t, 64<<10)
+	f, err := os.Create(filepath.Join(mt.dir, "open"))
+	must(t, err)
+	defer f.Close()
+	_, err = f.Write(make([]byte, 5000))
+	must(t, err)
+	var st syscall.Stat_t
+	must(t, syscall.Stat(mt.dir, &st))
+	abort := fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", unix.Minor(st.Dev))
+	if _, err := os.Stat(abort); err != nil { // fusectl is not mounted everywhere
+		syscall.Mount("fusectl", "/sys/fs/fuse/connections", "fusectl", 0, "")
+	}
+	if err := os.WriteFile(abort, []byte("1"), 0o200); err != nil {
+		t.Skipf("cannot abort a FUSE connection here (%v)", err)
+	}
+	t.Cleanup(func() { syscall.Unmount(mt.dir, syscall.MNT_DETACH) })
+	select {
+	case <-mt.m.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("still serving 10s after a forced unmount")
+	}
+	if in, err := mt.cl.Stat(context.Background(), "/open"); err != nil || in.Size != 5000 {
+		t.Fatalf("the length after a forced unmount: %v %v", in, err)
 	}
 }
