@@ -44,7 +44,7 @@ fusermount3 (package fuse3).`,
 			// SDK's agent here on the same client once it lands (sdk,
 			// shmring; another engineer's work), and close it before the
 			// client: one process, one client, both paths.
-			fmt.Fprintf(cmd.OutOrStdout(), "mounted %s at %s\n", cf.cluster, dir)
+			fmt.Fprintf(cmd.OutOrStdout(), "mounted at %s\n", dir)
 			select {
 			case sig := <-stop:
 				cfg.Logger.Info("unmounting", "signal", sig.String(), "dir", dir)
