@@ -3,6 +3,7 @@ package shmring
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +33,7 @@ func pattern(b []byte, file, offset uint64) {
 // serveFill is the test agent's handler.
 func serveFill(iov []byte, es []Entry, cs []Completion) {
 	for i, e := range es {
-		b := iov[e.BufOff : e.BufOff+e.Length]
+		b := iov[e.BufOff : e.BufOff+uint64(e.Length)]
 		pattern(b, e.File, e.Offset)
 		cs[i] = Completion{UserData: e.UserData, Length: e.Length, CRC: crc32.Checksum(b, castagnoli)}
 	}
@@ -74,7 +76,7 @@ func runClient(path string, n int, forever bool) error {
 			k := 0
 			for ; k < len(es) && (submitted+k < n || forever); k++ {
 				id := uint64(submitted + k)
-				es[k] = Entry{File: id % 7, Offset: id * size, Length: size, BufOff: uint32(slot * size), UserData: id}
+				es[k] = Entry{File: id % 7, Offset: id * size, Length: size, BufOff: uint64(slot * size), Op: OpRead, UserData: id}
 				slot = (slot + 1) % depth
 			}
 			got := c.Submit(es[:k])
@@ -94,7 +96,7 @@ func runClient(path string, n int, forever bool) error {
 				return fmt.Errorf("completion for unknown entry %d", done.UserData)
 			}
 			delete(inflight, done.UserData)
-			b := c.Iov.Bytes()[e.BufOff : e.BufOff+e.Length]
+			b := c.Iov.Bytes()[e.BufOff : e.BufOff+uint64(e.Length)]
 			pattern(want, e.File, e.Offset)
 			if done.Status != 0 || done.CRC != crc32.Checksum(b, castagnoli) || !bytes.Equal(b, want) {
 				return fmt.Errorf("entry %d: status %d, bytes or CRC wrong", done.UserData, done.Status)
@@ -298,14 +300,14 @@ func TestClientDeath(t *testing.T) {
 	}
 }
 
-// TestBadEntries: entries whose range leaves the Iov complete with EINVAL
-// and touch nothing.
+// TestBadEntries: entries whose range leaves the Iov, or whose op is
+// unknown, complete with EINVAL and touch nothing.
 func TestBadEntries(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.sock")
-	touched := false
+	var touched atomic.Bool
 	srv, err := Listen(ServerConfig{Path: path, Handler: func(iov []byte, es []Entry, cs []Completion) {
 		if len(es) > 0 {
-			touched = true
+			touched.Store(true)
 		}
 		serveFill(iov, es, cs)
 	}})
@@ -318,13 +320,92 @@ func TestBadEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Submit([]Entry{{BufOff: 4000, Length: 200, UserData: 9}})
-	cs := make([]Completion, 4)
-	var n int
-	for deadline := time.Now().Add(5 * time.Second); n == 0 && time.Now().Before(deadline); {
-		n = c.Reap(cs, 100*time.Millisecond)
+	bad := []Entry{
+		{BufOff: 4000, Length: 200, UserData: 9, Op: OpRead},       // runs off the end
+		{BufOff: 1<<64 - 8, Length: 16, UserData: 10, Op: OpWrite}, // wraps around
+		{BufOff: 8192, Length: 0, UserData: 11, Op: OpRead},        // starts past the end
+		{BufOff: 0, Length: 8, UserData: 12},                       // no op
+		{BufOff: 0, Length: 8, UserData: 13, Op: 7},                // unknown op
 	}
-	if n != 1 || cs[0].UserData != 9 || cs[0].Status != -int32(unix.EINVAL) || touched {
-		t.Fatalf("out-of-bounds entry: %d completions %+v, handler ran %v", n, cs[0], touched)
+	if c.Submit(bad) != len(bad) {
+		t.Fatal("ring full")
+	}
+	cs := make([]Completion, 8)
+	var got []Completion
+	for deadline := time.Now().Add(5 * time.Second); len(got) < len(bad) && time.Now().Before(deadline); {
+		n := c.Reap(cs, 100*time.Millisecond)
+		got = append(got, cs[:n]...)
+	}
+	if len(got) != len(bad) || touched.Load() {
+		t.Fatalf("%d completions for %d bad entries, handler ran %v", len(got), len(bad), touched.Load())
+	}
+	for i, cp := range got {
+		if cp.UserData != bad[i].UserData || cp.Status != -int32(unix.EINVAL) {
+			t.Fatalf("bad entry %+v completed %+v", bad[i], cp)
+		}
+	}
+}
+
+type echoServing struct{ closed chan struct{} }
+
+func (e echoServing) Serve(_ context.Context, es []Entry, cs []Completion) {
+	for i := range es {
+		cs[i] = Completion{UserData: es[i].UserData}
+	}
+}
+
+func (e echoServing) Control(_ context.Context, req []byte) ([]byte, error) {
+	if string(req) == "fail" {
+		return nil, errors.New("asked to fail")
+	}
+	return append([]byte("echo "), req...), nil
+}
+
+func (e echoServing) Close() error { close(e.closed); return nil }
+
+// TestControl: control messages travel both ways, errors come back as
+// CallError, an oversized message is refused on the client's side, a
+// refused Attach turns the client away, and Close runs once a client goes.
+func TestControl(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	closed := make(chan struct{})
+	refuse := atomic.Bool{}
+	srv, err := Listen(ServerConfig{Path: path, Attach: func(ss *Session) (Serving, error) {
+		if refuse.Load() {
+			return nil, errors.New("no more clients")
+		}
+		if len(ss.Iov()) < 4096 || ss.ID() == 0 {
+			return nil, fmt.Errorf("session: iov %d bytes, id %d", len(ss.Iov()), ss.ID())
+		}
+		return echoServing{closed: closed}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := Dial(path, 4096, 16, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if resp, err := c.Call(ctx, []byte("hi")); err != nil || string(resp) != "echo hi" {
+		t.Fatalf("call: %q %v", resp, err)
+	}
+	var ce *CallError
+	if _, err := c.Call(ctx, []byte("fail")); !errors.As(err, &ce) || ce.Msg != "asked to fail" {
+		t.Fatalf("failing call: %v", err)
+	}
+	if _, err := c.Call(ctx, make([]byte, maxFrame+1)); err == nil {
+		t.Fatal("an oversized control message was sent")
+	}
+	refuse.Store(true)
+	if _, err := Dial(path, 4096, 16, false); err == nil {
+		t.Fatal("a refused client was let in")
+	}
+	c.Close()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serving.Close never ran for a closed client")
 	}
 }
