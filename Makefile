@@ -32,6 +32,8 @@ endif
 
 unit:
 	$(GO) test -race -timeout 20m ./...
+	# the agent's million-entry two-process run, at full size without -race
+	$(GO) test -run '^TestAgentTwoProcesses$$' ./sdk/
 ifeq ($(HAVE_VERBS),yes)
 	$(GO) test -race -tags verbs ./fabric/verbs/
 endif

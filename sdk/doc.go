@@ -4,8 +4,13 @@
 // satisfy io.ReaderAt, io.WriterAt and io.Closer; their chunks are placed on
 // chains by the file's layout (meta.ChunkChain).
 //
-// Not built yet (see the SDK issue): batched I/O across many files, the
-// local agent serving shmring clients, the FUSE adapter's semantics.
+// Batched I/O (ReadBatch, WriteBatch) moves many ranges of many files in
+// one call against registered buffers, grouped per storage node (reads) or
+// chain head (writes). Agent is the local agent: it serves other processes
+// on this machine through shmring's shared-memory rings, on top of the
+// same batched I/O; DialAgent is an application's end of it.
+//
+// Not built yet (see the SDK issue): the FUSE adapter's semantics.
 //
 // It may import server APIs, fabric and shmring, never dataset.
 package sdk

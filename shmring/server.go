@@ -16,8 +16,9 @@ import (
 // Serving is what the agent does for one client. Serve gets batches of
 // entries that are already checked (a known op, a range inside the Iov)
 // and fills one completion per entry; Control answers the client's control
-// messages. They may run at the same time, Serve on the ring's goroutine
-// and Control on the connection's, and both get a context that ends when
+// messages. They may run at the same time — Serve for several batches at
+// once (ServerConfig.Inflight) and Control on the connection's goroutine —
+// and both get a context that ends when
 // the client dies or the server closes. Close runs once, after both have
 // returned for good: it must leave nothing that still touches the Iov,
 // since the segment is unmapped right after.
@@ -44,8 +45,13 @@ type ServerConfig struct {
 	// taken for dead (default 2s). A closed connection is death at once.
 	Lease time.Duration
 	// Batch is how many entries are taken at a time (default 64).
-	Batch  int
-	Logger *slog.Logger
+	Batch int
+	// Inflight is how many batches of one client may be served at once
+	// (default 4), so that a slow entry (a replicated write) does not hold
+	// back the batches behind it. Completions of different batches may
+	// come out of submission order; UserData tells them apart.
+	Inflight int
+	Logger   *slog.Logger
 }
 
 // Server accepts clients and serves their rings.
@@ -76,9 +82,17 @@ type Session struct {
 	cancel context.CancelFunc
 	// controlDone is closed when the connection's goroutine has returned.
 	controlDone chan struct{}
-	// valid and vcs are scratch space for one batch's checked entries.
-	valid []Entry
-	idx   []int
+	// cqMu makes the batches completing at once one producer of the
+	// completion queue.
+	cqMu sync.Mutex
+}
+
+// batch is the memory one batch in flight uses.
+type batch struct {
+	es    []Entry
+	cs    []Completion
+	valid []Entry // the entries that pass the checks
+	idx   []int   // their places in es
 	vcs   []Completion
 }
 
@@ -101,6 +115,9 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	}
 	if cfg.Batch <= 0 {
 		cfg.Batch = 64
+	}
+	if cfg.Inflight <= 0 {
+		cfg.Inflight = 4
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -206,8 +223,7 @@ func (s *Server) handshake(conn *net.UnixConn) (*Session, error) {
 		closeFrom(0)
 		return nil, fmt.Errorf("shmring: bad hello (%q, %d descriptors)", buf[:n], len(fds))
 	}
-	ss := &Session{conn: conn, controlDone: make(chan struct{}), valid: make([]Entry, 0, s.cfg.Batch),
-		idx: make([]int, 0, s.cfg.Batch), vcs: make([]Completion, s.cfg.Batch)}
+	ss := &Session{conn: conn, controlDone: make(chan struct{})}
 	ss.ctx, ss.cancel = context.WithCancel(context.Background())
 	if ss.iov, err = OpenSegment(fds[0]); err != nil {
 		closeFrom(0)
@@ -248,16 +264,29 @@ func (s *Server) control(ss *Session) {
 	}
 }
 
-// serve takes entries in batches and completes them until the client dies
-// or the server closes; then it reclaims the client's rings and buffers.
+// serve takes entries in batches, up to Inflight batches at a time, and
+// completes them until the client dies or the server closes; then it waits
+// for the batches in flight and reclaims the client's rings and buffers.
 func (s *Server) serve(ss *Session) {
 	defer s.wg.Done()
 	defer s.reclaim(ss)
-	es := make([]Entry, s.cfg.Batch)
-	cs := make([]Completion, s.cfg.Batch)
-	for ss.ctx.Err() == nil {
-		n := ss.ring.Take(es)
+	var inflight sync.WaitGroup
+	defer inflight.Wait()
+	free := make(chan *batch, s.cfg.Inflight)
+	for range s.cfg.Inflight {
+		free <- &batch{es: make([]Entry, s.cfg.Batch), cs: make([]Completion, s.cfg.Batch),
+			valid: make([]Entry, 0, s.cfg.Batch), idx: make([]int, 0, s.cfg.Batch), vcs: make([]Completion, s.cfg.Batch)}
+	}
+	for {
+		var b *batch
+		select {
+		case b = <-free:
+		case <-ss.ctx.Done():
+			return
+		}
+		n := ss.ring.Take(b.es)
 		if n == 0 {
+			free <- b
 			if time.Since(ss.ring.LastBeat()) > s.cfg.Lease {
 				s.cfg.Logger.Warn("shmring client stopped beating; reclaiming", "client", ss.id)
 				return
@@ -265,16 +294,27 @@ func (s *Server) serve(ss *Session) {
 			ss.sq.Wait(50)
 			continue
 		}
-		s.handle(ss, es[:n], cs[:n])
-		for done := 0; done < n; {
-			if ss.ctx.Err() != nil {
-				return // a dead client's completions are dropped, never written
-			}
-			done += ss.ring.Complete(cs[done:n])
-			ss.cq.Ring()
-			if done < n {
-				time.Sleep(time.Millisecond) // its completion queue is full
-			}
+		inflight.Go(func() {
+			defer func() { free <- b }()
+			s.handle(ss, b, n)
+			s.complete(ss, b.cs[:n])
+		})
+	}
+}
+
+// complete posts completions, waiting while the client's completion queue
+// is full; a dead client's completions are dropped, never written.
+func (s *Server) complete(ss *Session, cs []Completion) {
+	ss.cqMu.Lock()
+	defer ss.cqMu.Unlock()
+	for done := 0; done < len(cs); {
+		if ss.ctx.Err() != nil {
+			return
+		}
+		done += ss.ring.Complete(cs[done:])
+		ss.cq.Ring()
+		if done < len(cs) {
+			time.Sleep(time.Millisecond) // its completion queue is full
 		}
 	}
 }
@@ -282,12 +322,12 @@ func (s *Server) serve(ss *Session) {
 // handle passes the entries with a known op on a range inside the Iov to
 // the client's Serving; the others complete with EINVAL and never touch
 // memory.
-func (s *Server) handle(ss *Session, es []Entry, cs []Completion) {
+func (s *Server) handle(ss *Session, b *batch, n int) {
 	iovLen := len(ss.iov.Bytes())
-	valid, idx := ss.valid[:0], ss.idx[:0]
-	for i, e := range es {
+	valid, idx := b.valid[:0], b.idx[:0]
+	for i, e := range b.es[:n] {
 		if !e.valid(iovLen) {
-			cs[i] = Completion{UserData: e.UserData, Status: -int32(unix.EINVAL)}
+			b.cs[i] = Completion{UserData: e.UserData, Status: -int32(unix.EINVAL)}
 			continue
 		}
 		valid, idx = append(valid, e), append(idx, i)
@@ -295,10 +335,10 @@ func (s *Server) handle(ss *Session, es []Entry, cs []Completion) {
 	if len(valid) == 0 {
 		return
 	}
-	vcs := ss.vcs[:len(valid)]
+	vcs := b.vcs[:len(valid)]
 	ss.serving.Serve(ss.ctx, valid, vcs)
 	for j, i := range idx {
-		cs[i] = vcs[j]
+		b.cs[i] = vcs[j]
 	}
 }
 

@@ -70,25 +70,27 @@ func runClient(path string, n int, forever bool) error {
 	want := make([]byte, size)
 	submitted, completed := 0, 0
 	inflight := map[uint64]Entry{}
-	slot := 0
+	// Completions may come out of order (batches are served in parallel):
+	// a slot is reused only once its entry completed.
+	free := make([]uint64, 0, depth)
+	for i := range depth {
+		free = append(free, uint64(i*size))
+	}
 	for completed < n || forever {
-		for len(inflight) < depth-len(es) && (submitted < n || forever) {
-			k := 0
-			for ; k < len(es) && (submitted+k < n || forever); k++ {
-				id := uint64(submitted + k)
-				es[k] = Entry{File: id % 7, Offset: id * size, Length: size, BufOff: uint64(slot * size), Op: OpRead, UserData: id}
-				slot = (slot + 1) % depth
-			}
-			got := c.Submit(es[:k])
-			for _, e := range es[:got] {
-				inflight[e.UserData] = e
-			}
-			submitted += got
-			if got < k {
-				slot = (slot - (k - got) + depth) % depth
-				break
-			}
+		k := 0
+		for ; k < len(es) && len(free) > 0 && (submitted+k < n || forever); k++ {
+			id := uint64(submitted + k)
+			es[k] = Entry{File: id % 7, Offset: id * size, Length: size, BufOff: free[len(free)-1], Op: OpRead, UserData: id}
+			free = free[:len(free)-1]
 		}
+		got := c.Submit(es[:k])
+		for _, e := range es[:got] {
+			inflight[e.UserData] = e
+		}
+		for _, e := range es[got:k] {
+			free = append(free, e.BufOff)
+		}
+		submitted += got
 		m := c.Reap(cs, time.Second)
 		for _, done := range cs[:m] {
 			e, ok := inflight[done.UserData]
@@ -101,6 +103,7 @@ func runClient(path string, n int, forever bool) error {
 			if done.Status != 0 || done.CRC != crc32.Checksum(b, castagnoli) || !bytes.Equal(b, want) {
 				return fmt.Errorf("entry %d: status %d, bytes or CRC wrong", done.UserData, done.Status)
 			}
+			free = append(free, e.BufOff)
 			completed++
 		}
 	}
