@@ -204,8 +204,8 @@ func (ac *agentClient) Serve(ctx context.Context, es []shmring.Entry, cs []shmri
 		switch {
 		case f == nil:
 			cs[i].Status = -int32(unix.EBADF)
-		case e.Offset > 1<<62:
-			cs[i].Status = -int32(unix.EINVAL)
+		case e.Offset > 1<<62: // so that it fits an int64; the batch checks the file's own limit
+			cs[i].Status = -int32(unix.EFBIG)
 		case e.Op == shmring.OpRead:
 			reads, readAt = append(reads, ReadOp{File: f, Off: int64(e.Offset), N: int(e.Length), Buf: ac.iov, BufOff: int(e.BufOff)}), append(readAt, i)
 		default:
@@ -279,6 +279,8 @@ func errnoOf(err error) int32 {
 		e = unix.EBADF
 	case errors.Is(err, ErrOutOfRange):
 		e = unix.EINVAL
+	case errors.Is(err, ErrTooLarge):
+		e = unix.EFBIG
 	case errors.Is(err, ErrNotExist):
 		e = unix.ENOENT
 	case errors.Is(err, context.Canceled):

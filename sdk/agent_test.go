@@ -385,7 +385,7 @@ func TestAgentBadInput(t *testing.T) {
 		{File: src, Offset: agentSrcSize + 10, Length: 100, UserData: 5, Op: shmring.OpRead},     // past the file's end: empty
 		{File: src, Offset: 4096, Length: 100, BufOff: 1000, UserData: 6, Op: shmring.OpRead},    // good
 	}
-	want := map[uint64]int32{1: -int32(unix.EBADF), 2: -int32(unix.EBADF), 3: -int32(unix.EINVAL), 4: -int32(unix.EINVAL), 5: 0, 6: 0}
+	want := map[uint64]int32{1: -int32(unix.EBADF), 2: -int32(unix.EBADF), 3: -int32(unix.EFBIG), 4: -int32(unix.EINVAL), 5: 0, 6: 0}
 	if ac.Submit(entries) != len(entries) {
 		t.Fatal("ring full")
 	}

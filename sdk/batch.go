@@ -175,6 +175,8 @@ func checkWrite(op WriteOp) error {
 		return fmt.Errorf("write %s: negative offset or length", op.File.name)
 	case op.BufOff < 0 || op.BufOff > len(op.Buf.B) || op.N > len(op.Buf.B)-op.BufOff:
 		return fmt.Errorf("write %s: range [%d:+%d] outside its buffer of %d bytes: %w", op.File.name, op.BufOff, op.N, len(op.Buf.B), ErrOutOfRange)
+	case op.Off > op.File.maxSize()-int64(op.N):
+		return fmt.Errorf("write %s: [%d:+%d] past the largest file its layout allows (%d bytes): %w", op.File.name, op.Off, op.N, op.File.maxSize(), ErrTooLarge)
 	}
 	return nil
 }
@@ -196,7 +198,12 @@ func checkRead(op ReadOp) error {
 var (
 	ErrNotWritable = errors.New("sluice: file not open for writing")
 	ErrOutOfRange  = errors.New("sluice: range outside its buffer")
+	ErrTooLarge    = errors.New("sluice: file too large")
 )
+
+// maxSize is the largest length the file's layout allows: chunk indexes
+// are 32 bits.
+func (f *File) maxSize() int64 { return int64(f.in.Layout.GetChunkSize()) << 32 }
 
 // readResult is what readOps says about one op.
 type readResult struct {

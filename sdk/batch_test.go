@@ -101,6 +101,7 @@ func TestWriteBatchErrors(t *testing.T) {
 		{"past the buffer", WriteOp{File: w, N: 100, Buf: buf, BufOff: len(buf.B) - 50}, ErrOutOfRange},
 		{"negative buffer offset", WriteOp{File: w, N: 100, Buf: buf, BufOff: -1}, ErrOutOfRange},
 		{"huge length", WriteOp{File: w, N: 1 << 62, Buf: buf, BufOff: 1}, ErrOutOfRange},
+		{"past the largest file", WriteOp{File: w, Off: 64 << 10 << 32, N: 10, Buf: buf}, ErrTooLarge}, // 64 KiB chunks, 32-bit indexes
 		{"no file", WriteOp{N: 1, Buf: buf}, nil},
 		{"negative offset", WriteOp{File: w, Off: -5, N: 1, Buf: buf}, nil},
 	}
