@@ -28,6 +28,7 @@ type Client struct {
 	cq   *Bell // rung by the agent after completing
 
 	callMu sync.Mutex // one control message at a time
+	broken error      // set when a call was cut short mid-message
 	conn   *net.UnixConn
 
 	stop chan struct{}
@@ -114,25 +115,41 @@ func (c *Client) Reap(cs []Completion, timeout time.Duration) int {
 
 // Call sends a control message to the agent and returns its answer: what
 // the messages mean (opening files, say) is the agent's business. An error
-// the agent returned comes back as *CallError.
+// the agent returned comes back as *CallError. A call cut short (ctx, a
+// broken connection) leaves the control stream mid-message, so every later
+// call fails too; the rings go on working.
 func (c *Client) Call(ctx context.Context, req []byte) ([]byte, error) {
-	c.callMu.Lock()
-	defer c.callMu.Unlock()
-	if dl, ok := ctx.Deadline(); ok {
-		c.conn.SetDeadline(dl)
-		defer c.conn.SetDeadline(time.Time{})
+	if len(req) > maxFrame {
+		return nil, fmt.Errorf("shmring: control message of %d bytes, limit %d", len(req), maxFrame)
 	}
-	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Now()) })
-	defer stop()
-	if err := writeFrame(c.conn, 0, req); err != nil {
+	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("shmring: call agent: %w", err)
 	}
-	status, resp, err := readFrame(c.conn)
-	if err != nil {
+	c.callMu.Lock()
+	defer c.callMu.Unlock()
+	if c.broken != nil {
+		return nil, fmt.Errorf("shmring: call agent: an earlier call was cut short: %w", c.broken)
+	}
+	dl, _ := ctx.Deadline()
+	c.conn.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { c.conn.SetDeadline(time.Now()) })
+	defer func() {
+		stop()
+		c.conn.SetDeadline(time.Time{})
+	}()
+	fail := func(err error) ([]byte, error) {
 		if ctx.Err() != nil {
 			err = ctx.Err()
 		}
+		c.broken = err
 		return nil, fmt.Errorf("shmring: call agent: %w", err)
+	}
+	if err := writeFrame(c.conn, 0, req); err != nil {
+		return fail(err)
+	}
+	status, resp, err := readFrame(c.conn)
+	if err != nil {
+		return fail(err)
 	}
 	if status != 0 {
 		return nil, &CallError{Msg: string(resp)}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -61,6 +62,7 @@ type Server struct {
 
 	mu      sync.Mutex
 	clients map[*Session]struct{}
+	pending map[*net.UnixConn]struct{} // accepted, not yet admitted
 	closed  bool
 	nextID  uint64
 	wg      sync.WaitGroup
@@ -127,7 +129,7 @@ func Listen(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shmring: listen %s: %w", cfg.Path, err)
 	}
-	s := &Server{cfg: cfg, ln: ln, clients: map[*Session]struct{}{}}
+	s := &Server{cfg: cfg, ln: ln, clients: map[*Session]struct{}{}, pending: map[*net.UnixConn]struct{}{}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -147,36 +149,52 @@ func (s *Server) accept() {
 		if err != nil {
 			return
 		}
-		ss, err := s.handshake(conn)
-		if err == nil {
-			s.mu.Lock()
-			s.nextID++
-			ss.id = s.nextID
-			s.mu.Unlock()
-			if ss.serving, err = s.attach(ss); err != nil {
-				ss.release()
-			}
-		}
-		if err != nil {
-			s.cfg.Logger.Warn("shmring client refused", "err", err)
-			conn.Write([]byte{1})
-			conn.Close()
-			continue
-		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			ss.serving.Close()
-			ss.release()
+			conn.Close()
 			return
 		}
-		s.clients[ss] = struct{}{}
-		s.wg.Add(2)
+		s.pending[conn] = struct{}{}
+		s.wg.Add(1)
 		s.mu.Unlock()
-		conn.Write([]byte{0})
-		go s.control(ss)
-		go s.serve(ss)
+		go s.admit(conn)
 	}
+}
+
+// admit takes a new client's segments and starts serving it, or turns it
+// away; a slow client holds up no other.
+func (s *Server) admit(conn *net.UnixConn) {
+	defer s.wg.Done()
+	ss, err := s.handshake(conn)
+	if err == nil {
+		s.mu.Lock()
+		s.nextID++
+		ss.id = s.nextID
+		s.mu.Unlock()
+		if ss.serving, err = s.attach(ss); err != nil {
+			ss.release()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pending, conn)
+	if err == nil && s.closed {
+		ss.serving.Close()
+		ss.release()
+		return
+	}
+	if err != nil {
+		s.cfg.Logger.Warn("shmring client refused", "err", err)
+		conn.Write([]byte{1})
+		conn.Close()
+		return
+	}
+	s.clients[ss] = struct{}{}
+	s.wg.Add(2)
+	conn.Write([]byte{0})
+	go s.control(ss)
+	go s.serve(ss)
 }
 
 func (s *Server) attach(ss *Session) (Serving, error) {
@@ -251,6 +269,9 @@ func (s *Server) control(ss *Session) {
 	for {
 		_, req, err := readFrame(ss.conn)
 		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) && ss.ctx.Err() == nil {
+				s.cfg.Logger.Warn("shmring: client's control stream broken; reclaiming", "client", ss.id, "err", err)
+			}
 			return
 		}
 		status, resp := byte(0), []byte(nil)
@@ -369,6 +390,9 @@ func (s *Server) Close() error {
 	for ss := range s.clients {
 		ss.cancel()
 		ss.conn.Close()
+	}
+	for conn := range s.pending {
+		conn.Close()
 	}
 	s.mu.Unlock()
 	err := s.ln.Close()

@@ -361,6 +361,9 @@ func (e echoServing) Control(_ context.Context, req []byte) ([]byte, error) {
 	if string(req) == "fail" {
 		return nil, errors.New("asked to fail")
 	}
+	if string(req) == "slow" {
+		time.Sleep(300 * time.Millisecond)
+	}
 	return append([]byte("echo "), req...), nil
 }
 
@@ -400,6 +403,22 @@ func TestControl(t *testing.T) {
 	}
 	if _, err := c.Call(ctx, make([]byte, maxFrame+1)); err == nil {
 		t.Fatal("an oversized control message was sent")
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Call(cancelled, []byte("hi")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("call with a cancelled context: %v", err)
+	}
+	if _, err := c.Call(ctx, []byte("hi")); err != nil {
+		t.Fatalf("a call after one refused before it started: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Call(short, []byte("slow")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call past its deadline: %v", err)
+	}
+	if _, err := c.Call(ctx, []byte("hi")); err == nil {
+		t.Fatal("a call after one cut short went through on a stream that may be mid-message")
 	}
 	refuse.Store(true)
 	if _, err := Dial(path, 4096, 16, false); err == nil {
