@@ -106,7 +106,7 @@ func (a *Agent) Clients() int { return a.srv.Clients() }
 type agentClient struct {
 	a   *Agent
 	id  uint64
-	iov *Buffer // registered once, at attach
+	iov *Buffer // registered once, at attach; mapped by shmring, never Released
 
 	mu    sync.Mutex
 	files map[uint64]*File
@@ -261,7 +261,8 @@ func (ac *agentClient) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	if err := ac.iov.Release(); err != nil {
+	// Deregister only: the mapping is shmring's, unmapped after this.
+	if err := ac.iov.mr.Deregister(); err != nil {
 		errs = append(errs, fmt.Errorf("deregister the Iov: %w", err))
 	}
 	ac.a.cfg.Logger.Debug("agent: client reclaimed", "client", ac.id, "files", len(files))
