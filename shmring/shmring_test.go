@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -274,14 +275,27 @@ func TestTwoProcesses(t *testing.T) {
 }
 
 // TestClientDeath: a client killed mid-batch is reclaimed, and the agent
-// keeps serving another client to the end.
+// keeps serving another client to the end; closing the server with a
+// client still connected leaves no goroutine behind.
 func TestClientDeath(t *testing.T) {
+	before := runtime.NumGoroutine()
 	path := filepath.Join(t.TempDir(), "agent.sock")
 	srv, err := Listen(ServerConfig{Path: path, Handler: serveFill, Lease: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	defer func() {
+		lingering, _ := startClient(t, path, 0, true)
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		lingering.Process.Kill()
+		for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d goroutines after Close, %d before Listen", runtime.NumGoroutine(), before)
+			}
+		}
+	}()
 	doomed, _ := startClient(t, path, 0, true)
 	survivor, sc := startClient(t, path, 200_000, false)
 	time.Sleep(100 * time.Millisecond)
