@@ -138,8 +138,11 @@ func (c *Client) Call(ctx context.Context, req []byte) ([]byte, error) {
 		c.conn.SetDeadline(time.Time{})
 	}()
 	fail := func(err error) ([]byte, error) {
+		// The connection's deadline may fire a moment before ctx's timer.
 		if ctx.Err() != nil {
 			err = ctx.Err()
+		} else if !dl.IsZero() && !time.Now().Before(dl) {
+			err = context.DeadlineExceeded
 		}
 		c.broken = err
 		return nil, fmt.Errorf("shmring: call agent: %w", err)
