@@ -74,3 +74,54 @@ func TestAgentCommand(t *testing.T) {
 		t.Fatalf("agent after SIGTERM: %v", err)
 	}
 }
+
+// agentReadAll reads name whole through the agent behind ac, 1 MiB an
+// entry with up to 32 in flight, and checks every completion's status,
+// length and CRC and every byte against want.
+func agentReadAll(t *testing.T, ac *sdk.AgentConn, name string, want []byte) {
+	t.Helper()
+	const piece, slots = 1 << 20, 32
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f, size, err := ac.Open(ctx, name, false)
+	if err != nil || size != int64(len(want)) {
+		t.Fatalf("open %s through the agent: %d bytes, %v", name, size, err)
+	}
+	defer ac.CloseFile(ctx, f)
+	iov := ac.Iov.Bytes()
+	if len(iov) < slots*piece {
+		t.Fatalf("Iov of %d bytes", len(iov))
+	}
+	free := make([]uint64, 0, slots)
+	for i := range slots {
+		free = append(free, uint64(i*piece))
+	}
+	inflight := map[uint64]shmring.Entry{}
+	cs := make([]shmring.Completion, slots)
+	for next, done := 0, 0; done < len(want); {
+		var es []shmring.Entry
+		for ; len(free) > 0 && next < len(want); next += piece {
+			n := min(piece, len(want)-next)
+			e := shmring.Entry{File: f, Offset: uint64(next), Length: uint32(n), BufOff: free[len(free)-1], UserData: uint64(next), Op: shmring.OpRead}
+			free = free[:len(free)-1]
+			es = append(es, e)
+			inflight[e.UserData] = e
+		}
+		if ac.Submit(es) != len(es) {
+			t.Fatal("ring full")
+		}
+		for _, c := range cs[:ac.Reap(cs, time.Second)] {
+			e := inflight[c.UserData]
+			delete(inflight, c.UserData)
+			got := iov[e.BufOff : e.BufOff+uint64(e.Length)]
+			if c.Status != 0 || c.Length != e.Length || c.CRC != storage.CRC(got) || !bytes.Equal(got, want[e.Offset:e.Offset+uint64(e.Length)]) {
+				t.Fatalf("%s at %d through the agent: completion %+v, bytes equal %v", name, e.Offset, c, bytes.Equal(got, want[e.Offset:e.Offset+uint64(e.Length)]))
+			}
+			free = append(free, e.BufOff)
+			done += int(e.Length)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("%s through the agent: %d of %d bytes in 60s", name, done, len(want))
+		}
+	}
+}

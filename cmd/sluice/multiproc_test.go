@@ -78,9 +78,11 @@ func writeJSON(t *testing.T, path string, v any) {
 
 // TestSeparateProcesses: `sluice server` as one meta and three storage
 // processes, at the SDK issue's size. 256 MiB copied in with `sluice cp`
-// survives SIGKILL of a storage process: it is copied out whole and
-// correct, writes go on, the process restarts on its data, resyncs, serves
-// again, and everything still reads back.
+// survives SIGKILL of a storage process: read whole through a local agent's
+// rings at once (batched reads that hit the dead process fall back to
+// retried single reads) and copied out whole with `sluice cp` once mgmtd
+// has noticed, writes go on, the process restarts on its data, resyncs,
+// serves again, and everything still reads back.
 func TestSeparateProcesses(t *testing.T) {
 	dir := t.TempDir()
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -173,9 +175,22 @@ func TestSeparateProcesses(t *testing.T) {
 	}
 	os.Remove(in)
 	t.Logf("256 MiB copied in: %v", time.Since(start).Round(time.Millisecond))
+	agent, err := sdk.NewAgent(cl, sdk.AgentConfig{Path: filepath.Join(dir, "agent.sock")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer agent.Close()
+	ac, err := sdk.DialAgent(filepath.Join(dir, "agent.sock"), 32<<20, 64, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
 	b := fabrictest.RandBytes(2, 1<<20)
 	procs[2].Process.Kill() // SIGKILL
 	procs[2].Wait()
+	start = time.Now()
+	agentReadAll(t, ac, "/big", big)
+	t.Logf("256 MiB read through the agent just after a storage process died: %v", time.Since(start).Round(time.Millisecond))
 	start = time.Now()
 	copyOut("/big", big)
 	t.Logf("256 MiB copied out with a storage process dead: %v", time.Since(start).Round(time.Millisecond))
