@@ -4,7 +4,7 @@ FUZZTIME ?= 10s
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 # Fuzz targets as package:Target; each runs for FUZZTIME in `make test`.
-FUZZ_TARGETS = ./fabric/tcp:FuzzDecodeFrame ./fabric/tcp:FuzzServe ./fabric/internal/handshake:FuzzHandshake
+FUZZ_TARGETS = ./fabric/tcp:FuzzDecodeFrame ./fabric/tcp:FuzzServe ./fabric/internal/handshake:FuzzHandshake ./shmring:FuzzRingFromPeer ./shmring:FuzzControlFrame
 
 .PHONY: all build test unit fuzz lint demo bench clean
 
