@@ -44,7 +44,10 @@ type AgentConfig struct {
 // WriteBatch), each completion carrying status, length and the CRC32C of
 // the bytes in the Iov. When an application dies its files are closed, its
 // Iov deregistered and its segments unmapped; completions meant for it are
-// dropped.
+// dropped. Entries in flight are not ordered among themselves (as in
+// io_uring without links): a read submitted with a write of the same range
+// may see the bytes before or after it; wait for the write's completion.
+// Close the agent before its Client.
 //
 // The FUSE mount hosts one; `sluice agent` runs one on its own.
 type Agent struct {
