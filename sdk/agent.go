@@ -114,14 +114,6 @@ type agentClient struct {
 	mu    sync.Mutex
 	files map[uint64]*File
 	next  uint64
-
-	// readMu keeps this client's batched reads one at a time, and fences
-	// of its Iov out of them. A batched read has storage push many ranges
-	// into the Iov in one request, whose spans fabric/tcp acquires one
-	// after another; a Fence (or Deregister) waiting between two of them
-	// would block the second forever, so no Fence of the Iov may run
-	// while a batched read is under way.
-	readMu sync.Mutex
 }
 
 func (a *Agent) attach(ss *shmring.Session) (shmring.Serving, error) {
@@ -219,7 +211,7 @@ func (ac *agentClient) Serve(ctx context.Context, es []shmring.Entry, cs []shmri
 	var wg sync.WaitGroup
 	if len(writes) > 0 {
 		wg.Go(func() {
-			for k, err := range ac.a.c.writeOps(ctx, writes, ac.fence) {
+			for k, err := range ac.a.c.writeOps(ctx, writes) {
 				c := &cs[writeAt[k]]
 				if c.Status = errnoOf(err); c.Status == 0 {
 					w := writes[k]
@@ -229,10 +221,7 @@ func (ac *agentClient) Serve(ctx context.Context, es []shmring.Entry, cs []shmri
 		})
 	}
 	if len(reads) > 0 {
-		ac.readMu.Lock()
-		results := ac.a.c.readOps(ctx, reads)
-		ac.readMu.Unlock()
-		for k, res := range results {
+		for k, res := range ac.a.c.readOps(ctx, reads) {
 			c := &cs[readAt[k]]
 			if c.Status = errnoOf(res.Err); c.Status == 0 {
 				c.Length, c.CRC = uint32(res.N), res.CRC
@@ -240,13 +229,6 @@ func (ac *agentClient) Serve(ctx context.Context, es []shmring.Entry, cs []shmri
 		}
 	}
 	wg.Wait()
-}
-
-// fence fences the Iov, never during a batched read (see readMu).
-func (ac *agentClient) fence(b *Buffer) {
-	ac.readMu.Lock()
-	b.mr.Fence()
-	ac.readMu.Unlock()
 }
 
 // Close runs when the application is gone: its files are closed (a file

@@ -34,7 +34,7 @@ const writersPerNode = 8
 // node heading their chain. Each file's length grows to cover the ops that
 // succeeded. It returns the first failure, naming its op.
 func (c *Client) WriteBatch(ctx context.Context, ops []WriteOp) error {
-	return firstOpError("write batch", c.writeOps(ctx, ops, func(b *Buffer) { b.mr.Fence() }))
+	return firstOpError("write batch", c.writeOps(ctx, ops))
 }
 
 // firstOpError is the first non-nil error in errs, naming its op.
@@ -59,10 +59,8 @@ type chunkWrite struct {
 	ops      []int
 }
 
-// writeOps is WriteBatch with one error per op. fence runs once per
-// buffer before any head pulls from it: the caller filled the buffer with
-// plain stores, and heads pull with no Go synchronization in between.
-func (c *Client) writeOps(ctx context.Context, ops []WriteOp, fence func(*Buffer)) []error {
+// writeOps is WriteBatch with one error per op.
+func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
 	errs := make([]error, len(ops))
 	type chunkKey struct {
 		ino   uint64
@@ -76,7 +74,9 @@ func (c *Client) writeOps(ctx context.Context, ops []WriteOp, fence func(*Buffer
 			continue
 		}
 		if !fenced[op.Buf] {
-			fence(op.Buf)
+			// The caller filled the buffer with plain stores; heads pull it
+			// with no Go synchronization in between.
+			op.Buf.mr.Fence()
 			fenced[op.Buf] = true
 		}
 		f := op.File
