@@ -4,7 +4,7 @@ FUZZTIME ?= 10s
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 # Fuzz targets as package:Target; each runs for FUZZTIME in `make test`.
-FUZZ_TARGETS = ./fabric/tcp:FuzzDecodeFrame ./fabric/tcp:FuzzServe ./fabric/internal/handshake:FuzzHandshake
+FUZZ_TARGETS = ./fabric/tcp:FuzzDecodeFrame ./fabric/tcp:FuzzServe ./fabric/internal/handshake:FuzzHandshake ./shmring:FuzzRingFromPeer ./shmring:FuzzControlFrame
 
 .PHONY: all build test unit fuzz lint demo bench clean
 
@@ -32,6 +32,8 @@ endif
 
 unit:
 	$(GO) test -race -timeout 20m ./...
+	# the agent's million-entry two-process run, at full size without -race
+	$(GO) test -run '^TestAgentTwoProcesses$$' ./sdk/
 ifeq ($(HAVE_VERBS),yes)
 	$(GO) test -race -tags verbs ./fabric/verbs/
 endif

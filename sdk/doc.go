@@ -9,8 +9,11 @@
 // changes, truncate (which trims the chunks on storage), hard links and
 // fsync (File.Sync) are in attr.go.
 //
-// Not built yet (see the SDK issue): batched writes across many files, the
-// local agent serving shmring clients.
+// Batched I/O (ReadBatch, WriteBatch) moves many ranges of many files in
+// one call against registered buffers, grouped per storage node (reads) or
+// chain head (writes). Agent is the local agent: it serves other processes
+// on this machine through shmring's shared-memory rings, on top of the
+// same batched I/O; DialAgent is an application's end of it.
 //
 // It may import server APIs, fabric and shmring, never dataset.
 package sdk

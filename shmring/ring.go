@@ -16,7 +16,11 @@ import (
 //	192  completion head (the client's next completion)    never share a cache line)
 //	256  completion tail (the agent's next free slot)
 //	320  heartbeat: unix nanoseconds, written by the client
-//	384  capacity x 32-byte entries, then capacity x 32-byte completions
+//	384  capacity x 40-byte entries, then capacity x 32-byte completions
+//
+// An entry: file u64 | offset u64 | buffer offset u64 | user data u64 |
+// length u32 | op u32. A completion: user data u64 | status i32 |
+// length u32 | CRC32C u32 | 12 reserved bytes.
 //
 // Each queue has one producer and one consumer; indices only grow (mod
 // 2^64) and are published with atomic stores after the slots are written.
@@ -28,19 +32,37 @@ const (
 	offCqTail   = 256
 	offBeat     = 320
 	offEntries  = 384
-	entrySize   = 32
+	entrySize   = 40
 	complSize   = 32
 	maxCapacity = 1 << 20
 )
 
+// Op says which way an entry moves bytes. Zero is no op, so an entry the
+// client never filled in is refused rather than taken for a read.
+type Op uint32
+
+// The ops an entry may carry.
+const (
+	OpRead  Op = 1 // file bytes into the Iov
+	OpWrite Op = 2 // Iov bytes into the file
+)
+
 // Entry asks the agent to move Length bytes of File at Offset to or from
-// the client's Iov at BufOff; UserData comes back in the completion.
+// the client's Iov at BufOff (Op says which way); UserData comes back in
+// the completion. What File names is the agent's business.
 type Entry struct {
 	File     uint64
 	Offset   uint64
-	Length   uint32
-	BufOff   uint32
+	BufOff   uint64
 	UserData uint64
+	Length   uint32
+	Op       Op
+}
+
+// valid reports whether e is an op the agent knows on bytes inside an Iov
+// of iovLen bytes.
+func (e Entry) valid(iovLen int) bool {
+	return (e.Op == OpRead || e.Op == OpWrite) && e.BufOff <= uint64(iovLen) && uint64(e.Length) <= uint64(iovLen)-e.BufOff
 }
 
 // Completion reports an entry done: Status 0 or an error code, the bytes
@@ -112,9 +134,10 @@ func (r *Ring) Submit(es []Entry) int {
 		b, e := r.entry(tail+i), es[i]
 		binary.LittleEndian.PutUint64(b[0:], e.File)
 		binary.LittleEndian.PutUint64(b[8:], e.Offset)
-		binary.LittleEndian.PutUint32(b[16:], e.Length)
-		binary.LittleEndian.PutUint32(b[20:], e.BufOff)
+		binary.LittleEndian.PutUint64(b[16:], e.BufOff)
 		binary.LittleEndian.PutUint64(b[24:], e.UserData)
+		binary.LittleEndian.PutUint32(b[32:], e.Length)
+		binary.LittleEndian.PutUint32(b[36:], uint32(e.Op))
 	}
 	r.store(offSqTail, tail+n)
 	return int(n)
@@ -131,8 +154,8 @@ func (r *Ring) Take(es []Entry) int {
 		b := r.entry(head + i)
 		es[i] = Entry{
 			File: binary.LittleEndian.Uint64(b[0:]), Offset: binary.LittleEndian.Uint64(b[8:]),
-			Length: binary.LittleEndian.Uint32(b[16:]), BufOff: binary.LittleEndian.Uint32(b[20:]),
-			UserData: binary.LittleEndian.Uint64(b[24:]),
+			BufOff: binary.LittleEndian.Uint64(b[16:]), UserData: binary.LittleEndian.Uint64(b[24:]),
+			Length: binary.LittleEndian.Uint32(b[32:]), Op: Op(binary.LittleEndian.Uint32(b[36:])),
 		}
 	}
 	r.store(offSqHead, head+n)

@@ -3,6 +3,7 @@ package shmring
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -10,8 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,7 +34,7 @@ func pattern(b []byte, file, offset uint64) {
 // serveFill is the test agent's handler.
 func serveFill(iov []byte, es []Entry, cs []Completion) {
 	for i, e := range es {
-		b := iov[e.BufOff : e.BufOff+e.Length]
+		b := iov[e.BufOff : e.BufOff+uint64(e.Length)]
 		pattern(b, e.File, e.Offset)
 		cs[i] = Completion{UserData: e.UserData, Length: e.Length, CRC: crc32.Checksum(b, castagnoli)}
 	}
@@ -68,25 +71,27 @@ func runClient(path string, n int, forever bool) error {
 	want := make([]byte, size)
 	submitted, completed := 0, 0
 	inflight := map[uint64]Entry{}
-	slot := 0
+	// Completions may come out of order (batches are served in parallel):
+	// a slot is reused only once its entry completed.
+	free := make([]uint64, 0, depth)
+	for i := range depth {
+		free = append(free, uint64(i*size))
+	}
 	for completed < n || forever {
-		for len(inflight) < depth-len(es) && (submitted < n || forever) {
-			k := 0
-			for ; k < len(es) && (submitted+k < n || forever); k++ {
-				id := uint64(submitted + k)
-				es[k] = Entry{File: id % 7, Offset: id * size, Length: size, BufOff: uint32(slot * size), UserData: id}
-				slot = (slot + 1) % depth
-			}
-			got := c.Submit(es[:k])
-			for _, e := range es[:got] {
-				inflight[e.UserData] = e
-			}
-			submitted += got
-			if got < k {
-				slot = (slot - (k - got) + depth) % depth
-				break
-			}
+		k := 0
+		for ; k < len(es) && len(free) > 0 && (submitted+k < n || forever); k++ {
+			id := uint64(submitted + k)
+			es[k] = Entry{File: id % 7, Offset: id * size, Length: size, BufOff: free[len(free)-1], Op: OpRead, UserData: id}
+			free = free[:len(free)-1]
 		}
+		got := c.Submit(es[:k])
+		for _, e := range es[:got] {
+			inflight[e.UserData] = e
+		}
+		for _, e := range es[got:k] {
+			free = append(free, e.BufOff)
+		}
+		submitted += got
 		m := c.Reap(cs, time.Second)
 		for _, done := range cs[:m] {
 			e, ok := inflight[done.UserData]
@@ -94,11 +99,12 @@ func runClient(path string, n int, forever bool) error {
 				return fmt.Errorf("completion for unknown entry %d", done.UserData)
 			}
 			delete(inflight, done.UserData)
-			b := c.Iov.Bytes()[e.BufOff : e.BufOff+e.Length]
+			b := c.Iov.Bytes()[e.BufOff : e.BufOff+uint64(e.Length)]
 			pattern(want, e.File, e.Offset)
 			if done.Status != 0 || done.CRC != crc32.Checksum(b, castagnoli) || !bytes.Equal(b, want) {
 				return fmt.Errorf("entry %d: status %d, bytes or CRC wrong", done.UserData, done.Status)
 			}
+			free = append(free, e.BufOff)
 			completed++
 		}
 	}
@@ -269,14 +275,27 @@ func TestTwoProcesses(t *testing.T) {
 }
 
 // TestClientDeath: a client killed mid-batch is reclaimed, and the agent
-// keeps serving another client to the end.
+// keeps serving another client to the end; closing the server with a
+// client still connected leaves no goroutine behind.
 func TestClientDeath(t *testing.T) {
+	before := runtime.NumGoroutine()
 	path := filepath.Join(t.TempDir(), "agent.sock")
 	srv, err := Listen(ServerConfig{Path: path, Handler: serveFill, Lease: 500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	defer func() {
+		lingering, _ := startClient(t, path, 0, true)
+		if err := srv.Close(); err != nil {
+			t.Fatal(err)
+		}
+		lingering.Process.Kill()
+		for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d goroutines after Close, %d before Listen", runtime.NumGoroutine(), before)
+			}
+		}
+	}()
 	doomed, _ := startClient(t, path, 0, true)
 	survivor, sc := startClient(t, path, 200_000, false)
 	time.Sleep(100 * time.Millisecond)
@@ -298,14 +317,14 @@ func TestClientDeath(t *testing.T) {
 	}
 }
 
-// TestBadEntries: entries whose range leaves the Iov complete with EINVAL
-// and touch nothing.
+// TestBadEntries: entries whose range leaves the Iov, or whose op is
+// unknown, complete with EINVAL and touch nothing.
 func TestBadEntries(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.sock")
-	touched := false
+	var touched atomic.Bool
 	srv, err := Listen(ServerConfig{Path: path, Handler: func(iov []byte, es []Entry, cs []Completion) {
 		if len(es) > 0 {
-			touched = true
+			touched.Store(true)
 		}
 		serveFill(iov, es, cs)
 	}})
@@ -318,13 +337,111 @@ func TestBadEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Submit([]Entry{{BufOff: 4000, Length: 200, UserData: 9}})
-	cs := make([]Completion, 4)
-	var n int
-	for deadline := time.Now().Add(5 * time.Second); n == 0 && time.Now().Before(deadline); {
-		n = c.Reap(cs, 100*time.Millisecond)
+	bad := []Entry{
+		{BufOff: 4000, Length: 200, UserData: 9, Op: OpRead},       // runs off the end
+		{BufOff: 1<<64 - 8, Length: 16, UserData: 10, Op: OpWrite}, // wraps around
+		{BufOff: 8192, Length: 0, UserData: 11, Op: OpRead},        // starts past the end
+		{BufOff: 0, Length: 8, UserData: 12},                       // no op
+		{BufOff: 0, Length: 8, UserData: 13, Op: 7},                // unknown op
 	}
-	if n != 1 || cs[0].UserData != 9 || cs[0].Status != -int32(unix.EINVAL) || touched {
-		t.Fatalf("out-of-bounds entry: %d completions %+v, handler ran %v", n, cs[0], touched)
+	if c.Submit(bad) != len(bad) {
+		t.Fatal("ring full")
+	}
+	cs := make([]Completion, 8)
+	var got []Completion
+	for deadline := time.Now().Add(5 * time.Second); len(got) < len(bad) && time.Now().Before(deadline); {
+		n := c.Reap(cs, 100*time.Millisecond)
+		got = append(got, cs[:n]...)
+	}
+	if len(got) != len(bad) || touched.Load() {
+		t.Fatalf("%d completions for %d bad entries, handler ran %v", len(got), len(bad), touched.Load())
+	}
+	for i, cp := range got {
+		if cp.UserData != bad[i].UserData || cp.Status != -int32(unix.EINVAL) {
+			t.Fatalf("bad entry %+v completed %+v", bad[i], cp)
+		}
+	}
+}
+
+type echoServing struct{ closed chan struct{} }
+
+func (e echoServing) Serve(_ context.Context, es []Entry, cs []Completion) {
+	for i := range es {
+		cs[i] = Completion{UserData: es[i].UserData}
+	}
+}
+
+func (e echoServing) Control(_ context.Context, req []byte) ([]byte, error) {
+	if string(req) == "fail" {
+		return nil, errors.New("asked to fail")
+	}
+	if string(req) == "slow" {
+		time.Sleep(300 * time.Millisecond)
+	}
+	return append([]byte("echo "), req...), nil
+}
+
+func (e echoServing) Close() error { close(e.closed); return nil }
+
+// TestControl: control messages travel both ways, errors come back as
+// CallError, an oversized message is refused on the client's side, a
+// refused Attach turns the client away, and Close runs once a client goes.
+func TestControl(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	closed := make(chan struct{})
+	refuse := atomic.Bool{}
+	srv, err := Listen(ServerConfig{Path: path, Attach: func(ss *Session) (Serving, error) {
+		if refuse.Load() {
+			return nil, errors.New("no more clients")
+		}
+		if len(ss.Iov()) < 4096 || ss.ID() == 0 {
+			return nil, fmt.Errorf("session: iov %d bytes, id %d", len(ss.Iov()), ss.ID())
+		}
+		return echoServing{closed: closed}, nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	c, err := Dial(path, 4096, 16, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if resp, err := c.Call(ctx, []byte("hi")); err != nil || string(resp) != "echo hi" {
+		t.Fatalf("call: %q %v", resp, err)
+	}
+	var ce *CallError
+	if _, err := c.Call(ctx, []byte("fail")); !errors.As(err, &ce) || ce.Msg != "asked to fail" {
+		t.Fatalf("failing call: %v", err)
+	}
+	if _, err := c.Call(ctx, make([]byte, maxFrame+1)); err == nil {
+		t.Fatal("an oversized control message was sent")
+	}
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Call(cancelled, []byte("hi")); !errors.Is(err, context.Canceled) {
+		t.Fatalf("call with a cancelled context: %v", err)
+	}
+	if _, err := c.Call(ctx, []byte("hi")); err != nil {
+		t.Fatalf("a call after one refused before it started: %v", err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Call(short, []byte("slow")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call past its deadline: %v", err)
+	}
+	if _, err := c.Call(ctx, []byte("hi")); err == nil {
+		t.Fatal("a call after one cut short went through on a stream that may be mid-message")
+	}
+	refuse.Store(true)
+	if _, err := Dial(path, 4096, 16, false); err == nil {
+		t.Fatal("a refused client was let in")
+	}
+	c.Close()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Serving.Close never ran for a closed client")
 	}
 }

@@ -1,0 +1,266 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/server/storage"
+)
+
+// WriteOp is one range of a batched write: N bytes of Buf at BufOff into
+// File (open for writing) at Off.
+type WriteOp struct {
+	File   *File
+	Off    int64
+	N      int
+	Buf    *Buffer
+	BufOff int
+}
+
+// writersPerNode bounds the chunk writes a batch keeps in flight to one
+// chain head: enough to keep a node's disk and the wire busy, few enough
+// that one batch does not take every staging buffer a node has.
+const writersPerNode = 8
+
+// WriteBatch writes every op, each chain's head pulling the bytes straight
+// from the ops' buffers (no staging copy). Ops are cut at chunk boundaries
+// and grouped by chunk: the pieces of one chunk are written in op order,
+// one after another (so of two ops that overlap, the later one wins), and
+// adjacent pieces that are contiguous in both the chunk and the buffer
+// travel as one update; chunks are written in parallel, grouped by the
+// node heading their chain. Each file's length grows to cover the ops that
+// succeeded. It returns the first failure, naming its op.
+func (c *Client) WriteBatch(ctx context.Context, ops []WriteOp) error {
+	return firstOpError("write batch", c.writeOps(ctx, ops))
+}
+
+// firstOpError is the first non-nil error in errs, naming its op.
+func firstOpError(what string, errs []error) error {
+	for i, err := range errs {
+		if err != nil {
+			return fmt.Errorf("%s: op %d: %w", what, i, err)
+		}
+	}
+	return nil
+}
+
+// chunkWrite is one update: bytes of one chunk, from one buffer, covering
+// one or more ops (adjacent ones merged).
+type chunkWrite struct {
+	chain    storage.ChainID
+	chunk    storage.ChunkID
+	chunkOff uint32
+	buf      *Buffer
+	bufOff   int
+	n        int
+	ops      []int
+}
+
+// writeOps is WriteBatch with one error per op.
+func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
+	errs := make([]error, len(ops))
+	type chunkKey struct {
+		ino   uint64
+		index uint64
+	}
+	byChunk := map[chunkKey][]*chunkWrite{}
+	var order []chunkKey // first appearance, so the run is deterministic
+	fenced := map[*Buffer]bool{}
+	for i, op := range ops {
+		if errs[i] = checkWrite(op); errs[i] != nil {
+			continue
+		}
+		if !fenced[op.Buf] {
+			// The caller filled the buffer with plain stores; heads pull it
+			// with no Go synchronization in between.
+			op.Buf.mr.Fence()
+			fenced[op.Buf] = true
+		}
+		f := op.File
+		for _, pc := range f.pieces(op.Off, op.N) {
+			k := chunkKey{f.in.Ino, pc.index}
+			list := byChunk[k]
+			if len(list) == 0 {
+				order = append(order, k)
+			}
+			bufOff := op.BufOff + pc.off
+			if last := lastOf(list); last != nil && last.buf == op.Buf && last.bufOff+last.n == bufOff &&
+				int(last.chunkOff)+last.n == int(pc.chunkOff) && last.n+pc.n <= maxPiece {
+				last.n += pc.n
+				last.ops = append(last.ops, i)
+				continue
+			}
+			byChunk[k] = append(list, &chunkWrite{chain: f.chain(pc.index), chunk: storage.ChunkID{Inode: f.in.Ino, Index: uint32(pc.index)},
+				chunkOff: pc.chunkOff, buf: op.Buf, bufOff: bufOff, n: pc.n, ops: []int{i}})
+		}
+	}
+
+	// Group the chunks by their chain's head as routing says now; a chunk
+	// whose head moves meanwhile is still written (storage.Client follows
+	// the routing), just not in the group it was counted in.
+	r := c.routing.Routing()
+	byNode := map[fabric.NodeID][][]*chunkWrite{}
+	for _, k := range order {
+		list := byChunk[k]
+		var node fabric.NodeID
+		if ch, ok := r.Chains[list[0].chain]; ok && len(ch.Targets) > 0 {
+			node = r.Targets[ch.Targets[0]].Node
+		}
+		byNode[node] = append(byNode[node], list)
+	}
+	var mu sync.Mutex // guards errs
+	fail := func(w *chunkWrite, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, i := range w.ops {
+			if errs[i] == nil {
+				errs[i] = err
+			}
+		}
+	}
+	var wg sync.WaitGroup
+	for _, chunks := range byNode {
+		next := make(chan []*chunkWrite, len(chunks))
+		for _, list := range chunks {
+			next <- list
+		}
+		close(next)
+		for range min(writersPerNode, len(chunks)) {
+			wg.Go(func() {
+				for list := range next {
+					for _, w := range list {
+						_, err := c.store.WriteRegistered(ctx, w.chain, w.chunk, w.chunkOff, false, w.buf.mr, w.bufOff, w.buf.B[w.bufOff:w.bufOff+w.n])
+						if err != nil {
+							fail(w, err)
+						}
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for i, op := range ops {
+		if errs[i] == nil && op.N > 0 {
+			op.File.grow(uint64(op.Off) + uint64(op.N))
+		}
+	}
+	return errs
+}
+
+// grow extends the length this handle knows to cover end.
+func (f *File) grow(end uint64) {
+	f.mu.Lock()
+	f.size = max(f.size, end)
+	f.mu.Unlock()
+}
+
+func lastOf(list []*chunkWrite) *chunkWrite {
+	if len(list) == 0 {
+		return nil
+	}
+	return list[len(list)-1]
+}
+
+// checkWrite says what is wrong with op, if anything.
+func checkWrite(op WriteOp) error {
+	switch {
+	case op.File == nil || op.Buf == nil:
+		return errors.New("a write needs a file and a buffer")
+	case op.File.session == 0:
+		return fmt.Errorf("write %s: %w", op.File.name, ErrNotWritable)
+	case op.Off < 0 || op.N < 0:
+		return fmt.Errorf("write %s: negative offset or length", op.File.name)
+	case op.BufOff < 0 || op.BufOff > len(op.Buf.B) || op.N > len(op.Buf.B)-op.BufOff:
+		return fmt.Errorf("write %s: range [%d:+%d] outside its buffer of %d bytes: %w", op.File.name, op.BufOff, op.N, len(op.Buf.B), ErrOutOfRange)
+	case op.Off > op.File.maxSize()-int64(op.N):
+		return fmt.Errorf("write %s: [%d:+%d] past the largest file its layout allows (%d bytes): %w", op.File.name, op.Off, op.N, op.File.maxSize(), ErrTooLarge)
+	}
+	return nil
+}
+
+// checkRead says what is wrong with op, if anything.
+func checkRead(op ReadOp) error {
+	switch {
+	case op.File == nil || op.Buf == nil:
+		return errors.New("a read needs a file and a buffer")
+	case op.Off < 0 || op.N < 0:
+		return fmt.Errorf("read %s: negative offset or length", op.File.name)
+	case op.BufOff < 0 || op.BufOff > len(op.Buf.B) || op.N > len(op.Buf.B)-op.BufOff:
+		return fmt.Errorf("read %s: range [%d:+%d] outside its buffer of %d bytes: %w", op.File.name, op.BufOff, op.N, len(op.Buf.B), ErrOutOfRange)
+	}
+	return nil
+}
+
+// Errors of batched I/O callers branch on.
+var (
+	ErrNotWritable = errors.New("sluice: file not open for writing")
+	ErrOutOfRange  = errors.New("sluice: range outside its buffer")
+	ErrTooLarge    = errors.New("sluice: file too large")
+)
+
+// maxSize is the largest length the file's layout allows: chunk indexes
+// are 32 bits.
+func (f *File) maxSize() int64 { return int64(f.in.Layout.GetChunkSize()) << 32 }
+
+// readResult is what readOps says about one op.
+type readResult struct {
+	N   int    // bytes of the file read (short at its end)
+	CRC uint32 // CRC32C of those N bytes as they lie in the buffer
+	Err error
+}
+
+// readOps is a batched read with one result per op, for callers that
+// complete ops one by one (the agent). Like ReadBatch it sends one call
+// per storage node and each node pushes straight into the buffers; unlike
+// it, a piece the batch could not read (a node died, routing moved, the
+// bytes arrived damaged) is read again on its own through the retrying
+// path, so one bad node does not fail the batch.
+func (c *Client) readOps(ctx context.Context, ops []ReadOp) []readResult {
+	res := make([]readResult, len(ops))
+	var reads []storage.BatchRead
+	var owner []int // op of each read
+	for i, op := range ops {
+		if res[i].Err = checkRead(op); res[i].Err != nil {
+			continue
+		}
+		res[i].N = int(min(int64(op.N), max(0, op.File.Size()-op.Off)))
+		for _, pc := range op.File.pieces(op.Off, res[i].N) {
+			reads = append(reads, storage.BatchRead{Chain: op.File.chain(pc.index),
+				Chunk: storage.ChunkID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
+				Dst: op.Buf.mr.Remote(op.BufOff+pc.off, pc.n), N: -1}) // N stays -1 if its node never answered
+			owner = append(owner, i)
+		}
+	}
+	if len(reads) > 0 {
+		// Per-node failures show as reads left with N -1; the batch's own
+		// error adds nothing to them.
+		_ = c.store.ReadBatch(ctx, reads)
+	}
+	for k := range reads {
+		rd, op := &reads[k], ops[owner[k]]
+		if res[owner[k]].Err != nil {
+			continue
+		}
+		off := int(rd.Dst.Offset)
+		dst := op.Buf.B[off : off+int(rd.Dst.Len)]
+		op.Buf.mr.Fence()
+		if rd.Err != nil || rd.N < 0 || rd.N > len(dst) || storage.CRC(dst[:rd.N]) != rd.CRC {
+			var err error
+			rd.N, _, err = c.store.ReadRegistered(ctx, rd.Chain, rd.Chunk, rd.Offset, op.Buf.mr, off, dst, false)
+			if err != nil {
+				res[owner[k]].Err = fmt.Errorf("read %s: %w", op.File.name, err)
+				continue
+			}
+		}
+		clear(dst[rd.N:]) // holes read as zeros
+	}
+	for i, op := range ops {
+		if res[i].Err == nil {
+			res[i].CRC = storage.CRC(op.Buf.B[op.BufOff : op.BufOff+res[i].N])
+		}
+	}
+	return res
+}

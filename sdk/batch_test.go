@@ -1,0 +1,193 @@
+package sdk
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/server/storage"
+)
+
+// TestWriteBatch: many ops over many files in one call — partial chunks,
+// ranges across chunk boundaries, adjacent ranges (merged into one update),
+// overlapping ranges (the later op wins) — read back exactly as a local
+// model of the same writes says, and each file's length covers its ops.
+func TestWriteBatch(t *testing.T) {
+	cl := testClient(t) // 64 KiB chunks
+	ctx := context.Background()
+	const files, fileSize = 12, 300 << 10
+	buf := testBuffer(t, cl, 4<<20)
+	copy(buf.B, fabrictest.RandBytes(11, len(buf.B)))
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	model := make([][]byte, files)
+	ends := make([]int, files)
+	handles := make([]*File, files)
+	var ops []WriteOp
+	for i := range files {
+		model[i] = make([]byte, fileSize)
+		var err error
+		if handles[i], err = cl.Create(ctx, fmt.Sprintf("/w%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(fi int, off, n, bufOff int) {
+		ops = append(ops, WriteOp{File: handles[fi], Off: int64(off), N: n, Buf: buf, BufOff: bufOff})
+		copy(model[fi][off:off+n], buf.B[bufOff:bufOff+n])
+		ends[fi] = max(ends[fi], off+n)
+	}
+	for range 400 {
+		n := 1 + rng.IntN(20_000)
+		write(rng.IntN(files), rng.IntN(fileSize-n), n, rng.IntN(len(buf.B)-n))
+	}
+	// Adjacent in the file and the buffer (one update), across a chunk
+	// boundary, then an overlap the later op must win.
+	write(0, 60_000, 3000, 1000)
+	write(0, 63_000, 4000, 4000)
+	write(0, 61_000, 500, 2_000_000)
+	write(1, 0, 0, 0) // empty: nothing happens
+	if err := cl.WriteBatch(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	for i, f := range handles {
+		if f.Size() != int64(ends[i]) {
+			t.Fatalf("file %d: handle says %d bytes, want %d", i, f.Size(), ends[i])
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range files {
+		r, err := cl.Open(ctx, fmt.Sprintf("/w%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Size() != int64(ends[i]) {
+			t.Fatalf("file %d: %d bytes after close, want %d", i, r.Size(), ends[i])
+		}
+		got := make([]byte, ends[i])
+		if n, _ := r.ReadAt(got, 0); n != ends[i] || !bytes.Equal(got, model[i][:ends[i]]) {
+			t.Fatalf("file %d: read back %d bytes, equal=%v", i, n, bytes.Equal(got, model[i][:ends[i]]))
+		}
+		r.Close()
+	}
+}
+
+// TestWriteBatchErrors: a bad op fails with a clear error naming it, and
+// the good ops of the same batch are still written.
+func TestWriteBatchErrors(t *testing.T) {
+	cl := testClient(t)
+	ctx := context.Background()
+	buf := testBuffer(t, cl, 64<<10)
+	copy(buf.B, fabrictest.RandBytes(3, len(buf.B)))
+	w, err := cl.Create(ctx, "/good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro, err := cl.Open(ctx, "/good")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		op   WriteOp
+		want error
+	}{
+		{"read-only handle", WriteOp{File: ro, N: 10, Buf: buf}, ErrNotWritable},
+		{"past the buffer", WriteOp{File: w, N: 100, Buf: buf, BufOff: len(buf.B) - 50}, ErrOutOfRange},
+		{"negative buffer offset", WriteOp{File: w, N: 100, Buf: buf, BufOff: -1}, ErrOutOfRange},
+		{"huge length", WriteOp{File: w, N: 1 << 62, Buf: buf, BufOff: 1}, ErrOutOfRange},
+		{"past the largest file", WriteOp{File: w, Off: 64 << 10 << 32, N: 10, Buf: buf}, ErrTooLarge}, // 64 KiB chunks, 32-bit indexes
+		{"no file", WriteOp{N: 1, Buf: buf}, nil},
+		{"negative offset", WriteOp{File: w, Off: -5, N: 1, Buf: buf}, nil},
+	}
+	for _, tc := range cases {
+		good := WriteOp{File: w, Off: 0, N: 1000, Buf: buf, BufOff: 0}
+		err := cl.WriteBatch(ctx, []WriteOp{good, tc.op})
+		if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) {
+			t.Fatalf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+		if !bytes.Contains([]byte(err.Error()), []byte("op 1")) {
+			t.Fatalf("%s: error does not name the op: %v", tc.name, err)
+		}
+	}
+	got := make([]byte, 1000)
+	w.Close()
+	r, _ := cl.Open(ctx, "/good")
+	if n, _ := r.ReadAt(got, 0); n != 1000 || !bytes.Equal(got, buf.B[:1000]) {
+		t.Fatalf("the good op beside a bad one: read %d bytes, equal=%v", n, bytes.Equal(got, buf.B[:1000]))
+	}
+}
+
+// TestReadOps: per-op results — bytes, short reads at the end, holes as
+// zeros, CRCs of what lies in the buffer — and a bad op fails alone.
+func TestReadOps(t *testing.T) {
+	cl := testClient(t)
+	ctx := context.Background()
+	data := fabrictest.RandBytes(4, 200<<10)
+	f, err := cl.Create(ctx, "/r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data[:50<<10], 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(data[150<<10:], 150<<10); err != nil { // a hole in between
+		t.Fatal(err)
+	}
+	f.Close()
+	copy(data[50<<10:150<<10], make([]byte, 100<<10))
+	r, _ := cl.Open(ctx, "/r")
+	buf := testBuffer(t, cl, 1<<20)
+	for i := range buf.B {
+		buf.B[i] = 0xee
+	}
+	ops := []ReadOp{
+		{File: r, Off: 1000, N: 100_000, Buf: buf, BufOff: 0},                     // data, hole, across chunks
+		{File: r, Off: int64(len(data)) - 10, N: 4096, Buf: buf, BufOff: 200_000}, // short at the end
+		{File: r, Off: 0, N: 10, Buf: buf, BufOff: len(buf.B) - 5},                // outside the buffer
+		{File: r, Off: int64(len(data)) + 5, N: 10, Buf: buf, BufOff: 300_000},    // past the end
+	}
+	res := cl.readOps(ctx, ops)
+	wantN := []int{100_000, 10, 0, 0}
+	for i, op := range ops {
+		if i == 2 {
+			if !errors.Is(res[i].Err, ErrOutOfRange) {
+				t.Fatalf("op outside its buffer: %v", res[i].Err)
+			}
+			continue
+		}
+		if res[i].Err != nil || res[i].N != wantN[i] {
+			t.Fatalf("op %d: %d bytes, %v", i, res[i].N, res[i].Err)
+		}
+		got := buf.B[op.BufOff : op.BufOff+res[i].N]
+		from := min(op.Off, int64(len(data)))
+		if !bytes.Equal(got, data[from:from+int64(res[i].N)]) || res[i].CRC != storage.CRC(got) {
+			t.Fatalf("op %d: bytes or CRC wrong", i)
+		}
+	}
+}
+
+// testClient connects to a new in-process cluster (64 KiB chunks); both
+// close when the test ends.
+func testClient(t *testing.T) *Client {
+	c := startCluster(t, t.TempDir())
+	t.Cleanup(func() { c.Close() })
+	cl := connect(t, c)
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// testBuffer registers n bytes until the test ends.
+func testBuffer(t *testing.T, cl *Client, n int) *Buffer {
+	buf, err := cl.NewBuffer(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { buf.Release() })
+	return buf
+}
