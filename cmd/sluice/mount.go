@@ -5,17 +5,20 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicefs/sluice/sdk"
 	"github.com/sluicefs/sluice/sdk/fuse"
 )
 
 func newMountCmd() *cobra.Command {
 	var cf connFlags
 	var cfg fuse.Config
+	var agentCfg sdk.AgentConfig
 	cmd := &cobra.Command{
 		Use:   "mount MOUNTPOINT",
 		Short: "Mount the cluster through FUSE, for tools that only speak POSIX",
@@ -39,12 +42,20 @@ fusermount3 (package fuse3).`,
 			if err != nil {
 				return err
 			}
-			// TODO(agent, issue 6): the mount process is also the node's
-			// local agent for shmring clients (the USRBIO path). Start the
-			// SDK's agent here on the same client once it lands (sdk,
-			// shmring; another engineer's work), and close it before the
-			// client: one process, one client, both paths.
+			// The mount is also the node's local agent (the USRBIO path),
+			// on the same client; it stops before the client closes.
+			if agentCfg.Path != "" {
+				a, err := sdk.NewAgent(c, agentCfg)
+				if err != nil {
+					m.Close()
+					return err
+				}
+				defer a.Close()
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "mounted at %s\n", dir)
+			if agentCfg.Path != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "agent serving at %s\n", agentCfg.Path)
+			}
 			select {
 			case sig := <-stop:
 				cfg.Logger.Info("unmounting", "signal", sig.String(), "dir", dir)
@@ -59,6 +70,7 @@ fusermount3 (package fuse3).`,
 	cmd.Flags().DurationVar(&cfg.AttrTimeout, "attr-timeout", time.Second, "how long the kernel caches attributes")
 	cmd.Flags().DurationVar(&cfg.EntryTimeout, "entry-timeout", time.Second, "how long the kernel caches name lookups")
 	cmd.Flags().DurationVar(&cfg.OpTimeout, "timeout", time.Minute, "limit on each request to the cluster (then EIO)")
+	cmd.Flags().StringVar(&agentCfg.Path, "agent-socket", filepath.Join(os.TempDir(), "sluice-agent.sock"), "unix socket of the local agent for shared-memory rings (empty: no agent)")
 	cmd.Flags().IntVar(&cfg.Readahead, "readahead", 16<<20, "bytes read ahead of a sequential reader")
 	return cmd
 }

@@ -48,7 +48,8 @@ func TestMountCommand(t *testing.T) {
 	defer cl.Close()
 	for i, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		dir := t.TempDir()
-		proc := startProc(t, "mounted", "mount", "--cluster", c.Addr, "--token", c.Token, dir)
+		sock := filepath.Join(t.TempDir(), "agent.sock")
+		proc := startProc(t, "mounted", "mount", "--cluster", c.Addr, "--token", c.Token, "--agent-socket", sock, dir)
 		if !mounted(t, dir) {
 			t.Fatalf("%s is not a mount point", dir)
 		}
@@ -71,6 +72,14 @@ func TestMountCommand(t *testing.T) {
 		f.Close()
 		if string(b[:n]) != "through the mount" {
 			t.Fatalf("the SDK reads %q", b[:n])
+		}
+		if i == 0 { // the mount process is the local agent too
+			ac, err := sdk.DialAgent(sock, 32<<20, 64, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			agentReadAll(t, ac, "/f"+sig.String(), []byte("through the mount"))
+			ac.Close()
 		}
 		if err := proc.Process.Signal(sig); err != nil {
 			t.Fatal(err)
