@@ -6,12 +6,24 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # Fuzz targets as package:Target; each runs for FUZZTIME in `make test`.
 FUZZ_TARGETS = ./fabric/tcp:FuzzDecodeFrame ./fabric/tcp:FuzzServe ./fabric/internal/handshake:FuzzHandshake ./shmring:FuzzRingFromPeer ./shmring:FuzzControlFrame
 
-.PHONY: all build test unit fuzz lint demo bench clean
+.PHONY: all build python pytest test unit fuzz lint demo bench clean
+
+# The Python tests run in .venv when there is one (.ci/run makes it:
+# Debian's python3 and python3-torch, pyarrow and pytest from PyPI).
+PYTHON ?= $(shell test -x .venv/bin/python && echo $(CURDIR)/.venv/bin/python || echo python3)
 
 all: build
 
 build:
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/sluice ./cmd/sluice
+
+# libsluice.so (+ .h) for the Python package: python/sluice/, where
+# `pip install ./python` picks it up.
+python:
+	$(GO) build -buildmode=c-shared -ldflags "-X main.version=$(VERSION)" -o python/sluice/libsluice.so ./cmd/libsluice
+
+pytest: build python
+	cd python && SLUICE_BIN=$(CURDIR)/bin/sluice $(PYTHON) -m pytest -q tests
 
 # The RDMA transport (fabric/verbs) builds with -tags verbs and needs
 # libibverbs-dev. CI sets VERBS=required; elsewhere it is checked when the
@@ -45,7 +57,7 @@ fuzz:
 		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 100x $$pkg; \
 	done
 
-test: lint build unit fuzz
+test: lint build unit pytest fuzz
 
 demo: build
 	./bin/sluice demo
@@ -55,4 +67,4 @@ bench:
 	$(GO) test -run '^$$' -bench BenchmarkLoader -benchtime 200x -count 3 ./dataset/
 
 clean:
-	rm -rf bin
+	rm -rf bin python/sluice/libsluice.so python/sluice/libsluice.h

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -113,7 +116,25 @@ func newDatasetCmd() *cobra.Command {
 		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
 			return dataset.Remove(ctx, c, args[0])
 		})
-	root.AddCommand(imp, inspect, verify, ls, rm)
+	var oc dataset.LoaderConfig
+	order := with(&cobra.Command{Use: "order NAME", Short: "Print the sample indices of each batch a rank gets in an epoch, one JSON list per line",
+		Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
+			d, err := dataset.Open(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return printOrder(ctx, out, d, oc)
+		})
+	order.Flags().IntVar(&oc.BatchSize, "batch-size", 32, "samples per batch")
+	order.Flags().BoolVar(&oc.Shuffle, "shuffle", true, "shuffle")
+	order.Flags().Uint64Var(&oc.Seed, "seed", 0, "shuffle seed")
+	order.Flags().Int64Var(&oc.Epoch, "epoch", 0, "epoch")
+	order.Flags().IntVar(&oc.Rank, "rank", 0, "rank")
+	order.Flags().IntVar(&oc.WorldSize, "world-size", 1, "world size")
+	order.Flags().BoolVar(&oc.DropLast, "drop-last", false, "drop the final partial step")
+	root.AddCommand(imp, inspect, verify, ls, rm, order)
 	return root
 }
 
@@ -175,4 +196,35 @@ func preview(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// printOrder runs a loader over an epoch, reading only the index column.
+func printOrder(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg dataset.LoaderConfig) error {
+	cfg.IndexColumn = "__index__"
+	cfg.Columns = []string{d.Manifest().Columns[0].Name}
+	for _, c := range d.Manifest().Columns { // the smallest column to read
+		if c.Type.Width() > 0 {
+			cfg.Columns = []string{c.Name}
+			break
+		}
+	}
+	l, err := d.Loader(cfg)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	w := bufio.NewWriter(out)
+	defer w.Flush()
+	for {
+		b, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		js, _ := json.Marshal(b.Column(int(b.NumCols()) - 1).(*array.Int64).Int64Values())
+		b.Release()
+		w.Write(append(js, '\n'))
+	}
 }

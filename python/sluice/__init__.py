@@ -1,0 +1,230 @@
+"""Sluice for Python: training batches from a Sluice cluster as pyarrow
+record batches (zero copy, through the Arrow C stream interface) or torch
+tensors (``sluice.torch``), plus raw file reads and writes.
+
+    import sluice
+    ds = sluice.Dataset("imagenet")            # SLUICE_CLUSTER / SLUICE_TOKEN
+    loader = ds.loader(batch_size=256, shuffle=True, seed=0)
+    for batch in loader:                       # pyarrow.RecordBatch
+        ...
+    ckpt = loader.state_dict()                 # resume exactly later
+
+The native library (libsluice.so) is loaded on first use, never at import,
+and refuses to run in a process forked after it was loaded: use the
+``spawn`` or ``forkserver`` start methods.
+"""
+import ctypes
+import json
+import os
+import threading
+
+import pyarrow as pa
+
+from . import _lib
+from ._lib import SluiceError
+
+__all__ = ["connect", "Client", "Dataset", "Loader", "File", "SluiceError", "version"]
+
+# Sizes of the Arrow C data interface structs (fixed by the ABI).
+_ARROW_SCHEMA, _ARROW_ARRAY, _ARROW_STREAM = 72, 80, 40
+
+
+def version():
+    """libsluice's version."""
+    return _lib.lib().sluice_version().decode()
+
+
+class Client:
+    """A connection to a cluster. Prefer ``sluice.connect``."""
+
+    def __init__(self, cluster=None, token=None):
+        self.cluster = cluster or os.environ.get("SLUICE_CLUSTER", "")
+        self.token = token or os.environ.get("SLUICE_TOKEN", "")
+        self._h = _lib.handle_out("sluice_connect", self.cluster.encode(), self.token.encode())
+        self._pid = os.getpid()
+
+    def handle(self):
+        if self._h is None:
+            raise SluiceError("client is closed")
+        return self._h
+
+    def close(self):
+        if self._h is not None and self._pid == os.getpid():
+            _lib.close(self._h)
+        self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def dataset(self, name):
+        return Dataset(name, client=self)
+
+    def open(self, path, mode="r"):
+        """Opens a file: mode "r" reads, "w" creates a new file to write."""
+        if mode not in ("r", "w"):
+            raise ValueError("mode must be 'r' or 'w'")
+        return File(self, path, mode == "w")
+
+    def stat(self, path):
+        """The file's attributes as a dict (ino, type, mode, size, nlink, mtime_ns, uid, gid)."""
+        return _lib.json_out("sluice_stat", ctypes.c_uint64(self.handle()), path.encode())
+
+
+_default = None
+_default_lock = threading.Lock()
+
+
+def connect(cluster=None, token=None):
+    """Connects to a cluster (defaults from SLUICE_CLUSTER and SLUICE_TOKEN)
+    and makes it the default connection."""
+    global _default
+    with _default_lock:
+        _default = Client(cluster, token)
+        return _default
+
+
+def _client():
+    global _default
+    with _default_lock:
+        if _default is None or _default._pid != os.getpid():
+            _default = Client()
+        return _default
+
+
+class File:
+    """A file in Sluice, read and written at offsets."""
+
+    def __init__(self, client, path, write):
+        self.path = path
+        self._client = client
+        self._h = _lib.handle_out("sluice_file_open", ctypes.c_uint64(client.handle()), path.encode(), int(write))
+
+    def pread(self, n, offset):
+        """Up to n bytes at offset (fewer only at the end of the file)."""
+        buf = ctypes.create_string_buffer(n)
+        got = ctypes.c_int64()
+        _lib.call("sluice_file_pread", ctypes.c_uint64(self._h), buf, n, offset, ctypes.byref(got))
+        return buf.raw[: got.value]
+
+    def pwrite(self, data, offset):
+        data = bytes(data)
+        _lib.call("sluice_file_pwrite", ctypes.c_uint64(self._h), data, len(data), offset)
+        return len(data)
+
+    def size(self):
+        return _lib.int_out("sluice_file_size", ctypes.c_uint64(self._h))
+
+    def close(self):
+        """Closes the file; a written file's length is published here."""
+        if self._h is not None:
+            _lib.close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Dataset:
+    """A dataset in Sluice: ``len``, ``schema``, ``take`` and ``loader``."""
+
+    def __init__(self, name, client=None):
+        self.name = name
+        self._client = client or _client()
+        self._h = _lib.handle_out("sluice_dataset_open", ctypes.c_uint64(self._client.handle()), name.encode())
+        self.manifest = _lib.json_out("sluice_dataset_manifest", ctypes.c_uint64(self._h))
+
+    def __len__(self):
+        return _lib.int_out("sluice_dataset_len", ctypes.c_uint64(self._h))
+
+    @property
+    def schema(self):
+        return self.take([]).schema
+
+    def take(self, indices, columns=None):
+        """The samples at indices (any order, repeats allowed) as one pyarrow.RecordBatch."""
+        idx = (ctypes.c_int64 * len(indices))(*[int(i) for i in indices])
+        arr = ctypes.create_string_buffer(_ARROW_ARRAY)
+        sch = ctypes.create_string_buffer(_ARROW_SCHEMA)
+        cols = json.dumps(list(columns)).encode() if columns else b""
+        _lib.call(
+            "sluice_dataset_take", ctypes.c_uint64(self._h), idx, len(indices), cols,
+            ctypes.addressof(arr), ctypes.addressof(sch),
+        )
+        return pa.RecordBatch._import_from_c(ctypes.addressof(arr), ctypes.addressof(sch))
+
+    def loader(self, batch_size, shuffle=True, seed=0, epoch=0, rank=0, world_size=1, columns=None, **kw):
+        return Loader(self, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
+                      world_size=world_size, columns=columns, **kw)
+
+    def close(self):
+        if self._h is not None:
+            _lib.close(self._h)
+            self._h = None
+
+
+class Loader:
+    """Batches of one rank, as pyarrow.RecordBatch, one epoch per iteration.
+
+    Iterating yields the rest of the current epoch; ``set_epoch(e)`` starts
+    epoch e. ``state_dict()`` after any batch, given to ``load_state_dict``
+    of a new loader (even with another world size), continues exactly.
+    Options: batch_size, shuffle, seed, epoch, rank, world_size, columns,
+    drop_last, index_column, readers, prefetch_bytes, worker, workers.
+    """
+
+    def __init__(self, dataset, **options):
+        options = {k: v for k, v in options.items() if v is not None}
+        self.dataset = dataset
+        self.options = options
+        self._h = _lib.handle_out("sluice_loader_new", ctypes.c_uint64(dataset._h), json.dumps(options).encode())
+
+    def _reader(self):
+        stream = ctypes.create_string_buffer(_ARROW_STREAM)
+        _lib.call("sluice_loader_stream", ctypes.c_uint64(self._h), ctypes.addressof(stream))
+        return pa.RecordBatchReader._import_from_c(ctypes.addressof(stream))
+
+    def __iter__(self):
+        reader = self._reader()
+        while True:
+            try:
+                batch = reader.read_next_batch()
+            except StopIteration:
+                return
+            except pa.ArrowException as e:
+                raise SluiceError(str(e)) from e
+            yield batch
+
+    def __arrow_c_stream__(self, requested_schema=None):
+        return self._reader().__arrow_c_stream__(requested_schema)
+
+    def __len__(self):
+        """Steps this rank takes in a whole epoch."""
+        return _lib.int_out("sluice_loader_steps", ctypes.c_uint64(self._h))
+
+    def set_epoch(self, epoch):
+        _lib.call("sluice_loader_set_epoch", ctypes.c_uint64(self._h), int(epoch))
+
+    def state_dict(self):
+        """The state after the last batch delivered: a small dict of integers."""
+        return _lib.json_out("sluice_loader_state", ctypes.c_uint64(self._h))
+
+    def load_state_dict(self, state):
+        _lib.call("sluice_loader_resume", ctypes.c_uint64(self._h), json.dumps(state).encode())
+
+    def close(self):
+        if self._h is not None:
+            _lib.close(self._h)
+            self._h = None
+
+    def __del__(self):
+        try:
+            if self._h is not None and _lib._loaded_in_pid == os.getpid():
+                self.close()
+        except Exception:
+            pass

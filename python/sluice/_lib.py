@@ -1,0 +1,131 @@
+"""ctypes bindings to libsluice, loaded on first use, never at import."""
+import ctypes
+import json
+import os
+import threading
+
+_lock = threading.Lock()
+_lib = None
+_loaded_in_pid = None
+
+FORK_ERROR = (
+    "sluice: this process was forked after libsluice was loaded, and a Go runtime "
+    "does not survive fork(). Use the 'spawn' or 'forkserver' start method "
+    "(torch DataLoader(multiprocessing_context='spawn'), or "
+    "multiprocessing.set_start_method('spawn')), or load sluice only in the children."
+)
+
+
+class SluiceError(RuntimeError):
+    """An error from Sluice; the message is Go's."""
+
+
+def _after_fork_in_child():
+    global _lib
+    if _lib is not None:
+        _lib = _Forked()
+
+
+class _Forked:
+    def __getattr__(self, name):
+        raise SluiceError(FORK_ERROR)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _path():
+    env = os.environ.get("SLUICE_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for p in (os.path.join(here, "libsluice.so"), os.path.join(here, "..", "..", "bin", "libsluice.so")):
+        if os.path.exists(p):
+            return p
+    raise SluiceError("libsluice.so not found: run `make python` in the Sluice repository, or set SLUICE_LIB")
+
+
+_u64p = ctypes.POINTER(ctypes.c_uint64)
+_i64p = ctypes.POINTER(ctypes.c_int64)
+_SIGNATURES = {
+    "sluice_last_error": ([], ctypes.c_char_p),
+    "sluice_version": ([], ctypes.c_char_p),
+    "sluice_connect": ([ctypes.c_char_p, ctypes.c_char_p, _u64p], ctypes.c_int),
+    "sluice_close": ([ctypes.c_uint64], ctypes.c_int),
+    "sluice_dataset_open": ([ctypes.c_uint64, ctypes.c_char_p, _u64p], ctypes.c_int),
+    "sluice_dataset_len": ([ctypes.c_uint64, _i64p], ctypes.c_int),
+    "sluice_dataset_manifest": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int64, _i64p], ctypes.c_int),
+    "sluice_dataset_take": (
+        [ctypes.c_uint64, _i64p, ctypes.c_int64, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p],
+        ctypes.c_int,
+    ),
+    "sluice_loader_new": ([ctypes.c_uint64, ctypes.c_char_p, _u64p], ctypes.c_int),
+    "sluice_loader_stream": ([ctypes.c_uint64, ctypes.c_void_p], ctypes.c_int),
+    "sluice_loader_state": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int64, _i64p], ctypes.c_int),
+    "sluice_loader_resume": ([ctypes.c_uint64, ctypes.c_char_p], ctypes.c_int),
+    "sluice_loader_set_epoch": ([ctypes.c_uint64, ctypes.c_int64], ctypes.c_int),
+    "sluice_loader_steps": ([ctypes.c_uint64, _i64p], ctypes.c_int),
+    "sluice_file_open": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int, _u64p], ctypes.c_int),
+    "sluice_file_pread": ([ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, _i64p], ctypes.c_int),
+    "sluice_file_pwrite": ([ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64], ctypes.c_int),
+    "sluice_file_size": ([ctypes.c_uint64, _i64p], ctypes.c_int),
+    "sluice_stat": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64, _i64p], ctypes.c_int),
+}
+
+
+def lib():
+    """The loaded library (loading it on first use)."""
+    global _lib, _loaded_in_pid
+    if _lib is None:
+        with _lock:
+            if _lib is None:
+                l = ctypes.CDLL(_path())
+                for name, (args, res) in _SIGNATURES.items():
+                    fn = getattr(l, name)
+                    fn.argtypes, fn.restype = args, res
+                _loaded_in_pid = os.getpid()
+                _lib = l
+    if isinstance(_lib, _Forked) or _loaded_in_pid != os.getpid():
+        raise SluiceError(FORK_ERROR)
+    return _lib
+
+
+def check(rc):
+    """Raises the calling thread's last Go error when rc < 0."""
+    if rc < 0:
+        raise SluiceError(lib().sluice_last_error().decode("utf-8", "replace"))
+    return rc
+
+
+def call(name, *args):
+    return check(getattr(lib(), name)(*args))
+
+
+def handle_out(name, *args):
+    out = ctypes.c_uint64()
+    call(name, *args, ctypes.byref(out))
+    return out.value
+
+
+def int_out(name, *args):
+    out = ctypes.c_int64()
+    call(name, *args, ctypes.byref(out))
+    return out.value
+
+
+def json_out(name, *args):
+    """Calls a function that copies JSON into a buffer, growing it as told."""
+    size = 4096
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        needed = ctypes.c_int64()
+        call(name, *args, buf, size, ctypes.byref(needed))
+        if needed.value <= size:
+            return json.loads(buf.value.decode("utf-8"))
+        size = needed.value
+
+
+def close(h):
+    if h:
+        call("sluice_close", ctypes.c_uint64(h))
