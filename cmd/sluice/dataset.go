@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -134,7 +135,23 @@ func newDatasetCmd() *cobra.Command {
 	order.Flags().IntVar(&oc.Rank, "rank", 0, "rank")
 	order.Flags().IntVar(&oc.WorldSize, "world-size", 1, "world size")
 	order.Flags().BoolVar(&oc.DropLast, "drop-last", false, "drop the final partial step")
-	root.AddCommand(imp, inspect, verify, ls, rm, order)
+	var bc dataset.LoaderConfig
+	var epochs int
+	bench := with(&cobra.Command{Use: "bench NAME", Short: "Run shuffled epochs through the loader and print batches/s, samples/s and MB/s as JSON",
+		Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
+			d, err := dataset.Open(ctx, c, args[0])
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return benchLoader(ctx, out, d, bc, epochs)
+		})
+	bench.Flags().IntVar(&bc.BatchSize, "batch-size", 256, "samples per batch")
+	bench.Flags().IntVar(&epochs, "epochs", 2, "epochs")
+	bench.Flags().Uint64Var(&bc.Seed, "seed", 0, "shuffle seed")
+	bench.Flags().IntVar(&bc.Readers, "readers", 4, "batches read in parallel")
+	root.AddCommand(imp, inspect, verify, ls, rm, order, bench)
 	return root
 }
 
@@ -227,4 +244,36 @@ func printOrder(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg data
 		b.Release()
 		w.Write(append(js, '\n'))
 	}
+}
+
+// benchLoader times epochs of shuffled batches, touching nothing but the
+// batches' existence (what a consumer handed zero-copy buffers pays).
+func benchLoader(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg dataset.LoaderConfig, epochs int) error {
+	cfg.Shuffle = true
+	l, err := d.Loader(cfg)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	var batches, samples, bytes int64
+	t0 := time.Now()
+	for e := 0; e < epochs; e++ {
+		l.SetEpoch(int64(e))
+		for {
+			b, err := l.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				return err
+			}
+			batches++
+			samples += b.NumRows()
+			bytes += b.Bytes
+			b.Release()
+		}
+	}
+	secs := time.Since(t0).Seconds()
+	return json.NewEncoder(out).Encode(map[string]float64{"batches_per_s": float64(batches) / secs,
+		"samples_per_s": float64(samples) / secs, "mb_per_s": float64(bytes) / 1e6 / secs, "seconds": secs})
 }
