@@ -2,6 +2,7 @@ package dataset
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -233,6 +234,25 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		go drop(slot)
 		l.stop()
 		return nil, ctx.Err()
+	}
+}
+
+// Each runs fn on every remaining batch of the current epoch, releasing
+// each after fn returns (fn must not keep it). It stops at fn's first error.
+func (l *Loader) Each(ctx context.Context, fn func(*Batch) error) error {
+	for {
+		b, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		err = fn(b)
+		b.Release()
+		if err != nil {
+			return err
+		}
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -117,17 +116,20 @@ func newDatasetCmd() *cobra.Command {
 		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
 			return dataset.Remove(ctx, c, args[0])
 		})
-	var oc dataset.LoaderConfig
-	order := with(&cobra.Command{Use: "order NAME", Short: "Print the sample indices of each batch a rank gets in an epoch, one JSON list per line",
-		Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
+	withDataset := func(cmd *cobra.Command, run func(ctx context.Context, d *dataset.Dataset, out io.Writer) error) *cobra.Command {
+		return with(cmd, func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
 			d, err := dataset.Open(ctx, c, args[0])
 			if err != nil {
 				return err
 			}
 			defer d.Close()
-			return printOrder(ctx, out, d, oc)
+			return run(ctx, d, out)
 		})
+	}
+	var oc dataset.LoaderConfig
+	order := withDataset(&cobra.Command{Use: "order NAME", Short: "Print the sample indices of each batch a rank gets in an epoch, one JSON list per line",
+		Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, d *dataset.Dataset, out io.Writer) error { return printOrder(ctx, out, d, oc) })
 	order.Flags().IntVar(&oc.BatchSize, "batch-size", 32, "samples per batch")
 	order.Flags().BoolVar(&oc.Shuffle, "shuffle", true, "shuffle")
 	order.Flags().Uint64Var(&oc.Seed, "seed", 0, "shuffle seed")
@@ -137,14 +139,9 @@ func newDatasetCmd() *cobra.Command {
 	order.Flags().BoolVar(&oc.DropLast, "drop-last", false, "drop the final partial step")
 	var bc dataset.LoaderConfig
 	var epochs int
-	bench := with(&cobra.Command{Use: "bench NAME", Short: "Run shuffled epochs through the loader and print batches/s, samples/s and MB/s as JSON",
+	bench := withDataset(&cobra.Command{Use: "bench NAME", Short: "Run shuffled epochs through the loader and print batches/s, samples/s and MB/s as JSON",
 		Args: cobra.ExactArgs(1)},
-		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
-			d, err := dataset.Open(ctx, c, args[0])
-			if err != nil {
-				return err
-			}
-			defer d.Close()
+		func(ctx context.Context, d *dataset.Dataset, out io.Writer) error {
 			return benchLoader(ctx, out, d, bc, epochs)
 		})
 	bench.Flags().IntVar(&bc.BatchSize, "batch-size", 256, "samples per batch")
@@ -232,18 +229,11 @@ func printOrder(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg data
 	defer l.Close()
 	w := bufio.NewWriter(out)
 	defer w.Flush()
-	for {
-		b, err := l.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
+	return l.Each(ctx, func(b *dataset.Batch) error {
 		js, _ := json.Marshal(b.Column(int(b.NumCols()) - 1).(*array.Int64).Int64Values())
-		b.Release()
-		w.Write(append(js, '\n'))
-	}
+		_, err := w.Write(append(js, '\n'))
+		return err
+	})
 }
 
 // benchLoader times epochs of shuffled batches, touching nothing but the
@@ -259,18 +249,14 @@ func benchLoader(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg dat
 	t0 := time.Now()
 	for e := 0; e < epochs; e++ {
 		l.SetEpoch(int64(e))
-		for {
-			b, err := l.Next(ctx)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
+		err := l.Each(ctx, func(b *dataset.Batch) error {
 			batches++
 			samples += b.NumRows()
 			bytes += b.Bytes
-			b.Release()
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 	}
 	secs := time.Since(t0).Seconds()

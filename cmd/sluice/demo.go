@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -123,14 +122,7 @@ func demo(ctx context.Context, out io.Writer, cfg demoConfig) error {
 		var order []int64
 		bar := progress(out, m.Samples, cfg.quiet || m.Samples < 1000)
 		t0 := time.Now()
-		for {
-			b, err := l.Next(ctx)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
+		err := l.Each(ctx, func(b *dataset.Batch) error {
 			data := b.Column(0).(*array.Binary)
 			labels := b.Column(1).(*array.Int64)
 			idx := b.Column(2).(*array.Int64)
@@ -146,8 +138,11 @@ func demo(ctx context.Context, out io.Writer, cfg demoConfig) error {
 			}
 			samples += b.NumRows()
 			bytes += b.Bytes
-			b.Release()
 			bar(samples)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		secs := time.Since(t0).Seconds()
 		for _, s := range seen {
