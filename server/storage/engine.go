@@ -271,34 +271,63 @@ func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
 // same version again replaces it (a retried forward); preparing a version
 // at or below the committed one is refused with ErrVersion.
 func (e *Engine) Prepare(id ChunkID, ver uint64, off uint32, data []byte, full bool, chainVer uint64) (*storagepb.Version, error) {
-	return e.store(id, ver, off, data, full, chainVer, false)
+	v, _, err := e.store(storeRequest{id: id, ver: ver, off: off, data: data, full: full, chainVer: chainVer})
+	return v, err
 }
 
 // PrepareCommit is Prepare and Commit at once, with one durable record: a
 // chain's tail, and a chain of one, commit as they store.
 func (e *Engine) PrepareCommit(id ChunkID, ver uint64, off uint32, data []byte, full bool, chainVer uint64) (*storagepb.Version, error) {
-	return e.store(id, ver, off, data, full, chainVer, true)
+	v, _, err := e.store(storeRequest{id: id, ver: ver, off: off, data: data, full: full, chainVer: chainVer, commit: true})
+	return v, err
 }
 
-func (e *Engine) store(id ChunkID, ver uint64, off uint32, data []byte, full bool, chainVer uint64, commit bool) (*storagepb.Version, error) {
+// storeRequest is one Prepare or PrepareCommit, with the node's options.
+type storeRequest struct {
+	id       ChunkID
+	ver      uint64
+	off      uint32
+	data     []byte
+	full     bool
+	chainVer uint64
+	commit   bool // PrepareCommit
+	// want, if set, is data's CRC32C: nothing is stored unless it matches
+	// (ErrChecksum). For a full chunk the check costs nothing, because the
+	// content's CRC is combined from the block checksums the version needs
+	// anyway, so a replica passes over pulled bytes once instead of twice.
+	want *uint32
+	// deferSync (Prepare only) leaves the data unsynced and returns the
+	// sync for the caller to run, so that a chain node can sync while its
+	// successors store: the caller must run it, successfully, before it
+	// commits the version.
+	deferSync bool
+}
+
+// store is Prepare (or PrepareCommit, with r.commit). With r.deferSync it
+// returns the data's sync for the caller to run; otherwise that is nil.
+func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error) {
+	id, ver, off, data := r.id, r.ver, r.off, r.data
 	if uint64(off)+uint64(len(data)) > uint64(e.cfg.MaxChunkSize) {
-		return nil, fmt.Errorf("chunk %v: write to %d: %w (%d)", id, uint64(off)+uint64(len(data)), ErrTooLarge, e.cfg.MaxChunkSize)
+		return nil, nil, fmt.Errorf("chunk %v: write to %d: %w (%d)", id, uint64(off)+uint64(len(data)), ErrTooLarge, e.cfg.MaxChunkSize)
+	}
+	if r.want != nil && !r.full && CRC(data) != *r.want {
+		return nil, nil, fmt.Errorf("chunk %v: data to store: %w", id, ErrChecksum)
 	}
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
 	m, err := e.metaForUpdate(id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if c := m.GetCommitted(); c != nil && ver <= c.Ver {
-		return nil, fmt.Errorf("chunk %v: prepare version %d, committed %d: %w", id, ver, c.Ver, ErrVersion)
+		return nil, nil, fmt.Errorf("chunk %v: prepare version %d, committed %d: %w", id, ver, c.Ver, ErrVersion)
 	}
 	content := data
-	if !full {
+	if !r.full {
 		base, err := e.content(id, m.GetCommitted())
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		end := max(len(base), int(off)+len(data))
 		content = make([]byte, end)
@@ -306,6 +335,9 @@ func (e *Engine) store(id ChunkID, ver uint64, off uint32, data []byte, full boo
 		copy(content[off:], data)
 	}
 	v := newVersion(ver, content)
+	if r.want != nil && r.full && v.Crc != *r.want {
+		return nil, nil, fmt.Errorf("chunk %v: data to store: %w", id, ErrChecksum)
+	}
 	stored := content
 	if e.cfg.Compress && len(content) > 0 {
 		if enc := s2.Encode(nil, content); len(enc) <= len(content)-len(content)/8 {
@@ -314,22 +346,24 @@ func (e *Engine) store(id ChunkID, ver uint64, off uint32, data []byte, full boo
 	}
 	v.Stored = uint32(len(stored))
 	v.Slot = freeSlot(m)
-	if err := e.writeFile(id, v.Slot, stored); err != nil {
+	deferSync := r.deferSync && !r.commit
+	syncData, err := e.writeFile(id, v.Slot, stored, !deferSync)
+	if err != nil {
 		if m.Pending != nil {
 			// The failed write may have damaged the pending version's file.
 			m.Pending = nil
 			e.putMeta(id, m, false)
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	m.Pending, m.ChainVer = v, chainVer
-	if commit {
+	m.Pending, m.ChainVer = v, r.chainVer
+	if r.commit {
 		m.Committed, m.Pending = v, nil
 	}
-	if err := e.putMeta(id, m, commit); err != nil {
-		return nil, err
+	if err := e.putMeta(id, m, r.commit); err != nil {
+		return nil, nil, err
 	}
-	return v, nil
+	return v, syncData, nil
 }
 
 // freeSlot is the slot a new version of the chunk goes to: the one the
@@ -342,34 +376,44 @@ func freeSlot(m *storagepb.ChunkMeta) uint32 {
 }
 
 // writeFile writes a version into one of the chunk's files, in place, and
-// syncs it. No record names that slot for reading meanwhile (the committed
-// version is in the other one), and the slot's lock keeps out readers that
-// looked it up before.
-func (e *Engine) writeFile(id ChunkID, slot uint32, b []byte) error {
+// syncs it, or with sync false returns the sync for the caller to run. No
+// record names that slot for reading meanwhile (the committed version is in
+// the other one), and the slot's lock keeps out readers that looked it up
+// before.
+func (e *Engine) writeFile(id ChunkID, slot uint32, b []byte, sync bool) (func() error, error) {
 	l := e.slotLock(id, slot)
 	l.Lock()
 	defer l.Unlock()
-	f, created, err := e.fs.OpenWrite(join(e.chunks, id.fileName(slot)))
+	name := join(e.chunks, id.fileName(slot))
+	f, created, err := e.fs.OpenWrite(name)
 	if err != nil {
-		return diskError(id, err)
+		return nil, diskError(id, err)
 	}
 	_, err = f.WriteAt(b, 0)
 	if err == nil {
 		err = f.Truncate(int64(len(b)))
 	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && created {
-		err = e.fs.SyncDir(e.chunks)
-	}
 	if err != nil {
-		return diskError(id, err)
+		f.Close()
+		return nil, diskError(id, err)
 	}
-	return nil
+	syncData := func() error {
+		err := f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil && created {
+			err = e.fs.SyncDir(e.chunks)
+		}
+		if err != nil {
+			return diskError(id, err)
+		}
+		return nil
+	}
+	if !sync {
+		return syncData, nil
+	}
+	return nil, syncData()
 }
 
 func diskError(id ChunkID, err error) error {
@@ -394,7 +438,7 @@ func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
 	}
 	v := newVersion(ver, data)
 	v.Slot = freeSlot(m)
-	if err := e.writeFile(id, v.Slot, data); err != nil {
+	if _, err := e.writeFile(id, v.Slot, data, true); err != nil {
 		return err
 	}
 	return e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer}, true)

@@ -47,6 +47,17 @@ type osFile struct{ *os.File }
 
 func (f osFile) Sync() error { return syscall.Fdatasync(int(f.Fd())) }
 
+// Truncate leaves a file that already has the size alone: chunks are
+// rewritten in place at the same size most of the time, and a truncate to
+// the same size still changes the inode, which the next fdatasync then has
+// to journal (it cost a third more per synced 1 MiB write here).
+func (f osFile) Truncate(size int64) error {
+	if st, err := f.Stat(); err == nil && st.Size() == size {
+		return nil
+	}
+	return f.File.Truncate(size)
+}
+
 func (OSFS) Create(name string) (File, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
@@ -56,13 +67,23 @@ func (OSFS) Create(name string) (File, error) {
 }
 
 func (OSFS) OpenWrite(name string) (File, bool, error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	// The file exists nearly always (chunks are rewritten in place), so try
+	// that first: one system call instead of two.
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err == nil {
+		return osFile{f}, false, nil
+	}
+	if !errors.Is(err, os.ErrNotExist) {
+		return nil, false, err
+	}
+	f, err = os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err == nil {
 		return osFile{f}, true, nil
 	}
 	if !errors.Is(err, os.ErrExist) {
 		return nil, false, err
 	}
+	// Created meanwhile by someone else.
 	f, err = os.OpenFile(name, os.O_RDWR, 0)
 	if err != nil {
 		return nil, false, err

@@ -145,9 +145,10 @@ func (n *Node) buffer(ctx context.Context) (int, []byte, error) {
 	}
 }
 
-// pull takes a buffer and pulls length bytes from src into it, checking
-// them against crc. The caller returns the buffer (n.free <- slot).
-func (n *Node) pull(ctx context.Context, src *storagepb.RemoteBuf, length, crc uint32) (int, []byte, error) {
+// pull takes a buffer and pulls length bytes from src into it. The caller
+// checks them against the update's CRC (store does, in the pass that
+// checksums the blocks) and returns the buffer (n.free <- slot).
+func (n *Node) pull(ctx context.Context, src *storagepb.RemoteBuf, length uint32) (int, []byte, error) {
 	if int(length) > n.cfg.BufferSize || src.GetLen() != length {
 		return 0, nil, fmt.Errorf("%d bytes (source %d): %w", length, src.GetLen(), ErrTooLarge)
 	}
@@ -157,15 +158,9 @@ func (n *Node) pull(ctx context.Context, src *storagepb.RemoteBuf, length, crc u
 	}
 	data := buf[:length]
 	rb := fabric.RemoteBuf{Node: fabric.NodeID(src.Node), Key: src.Key, Offset: src.Offset, Len: src.Len}
-	err = n.ep.Read(ctx, rb, data)
-	if err != nil {
-		err = fmt.Errorf("pull: %w", err)
-	} else if CRC(data) != crc {
-		err = fmt.Errorf("pulled bytes: %w", ErrChecksum)
-	}
-	if err != nil {
+	if err := n.ep.Read(ctx, rb, data); err != nil {
 		n.free <- slot
-		return 0, nil, err
+		return 0, nil, fmt.Errorf("pull: %w", err)
 	}
 	return slot, data, nil
 }
@@ -192,7 +187,7 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 // apply pulls the update's bytes, stores them as a pending version,
 // forwards them down the chain and commits once the rest of the chain has.
 func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storagepb.UpdateReply, error) {
-	slot, data, err := n.pull(ctx, req.Src, req.Length, req.Crc)
+	slot, data, err := n.pull(ctx, req.Src, req.Length)
 	if err != nil {
 		return nil, fmt.Errorf("update of chunk %v: %w", req.Chunk, err)
 	}
@@ -213,12 +208,12 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 		ver = m.GetCommitted().GetVer() + 1
 	}
 	// A tail commits as it stores; others store pending until their
-	// successor has committed.
-	store := e.Prepare
-	if _, succ, _ := chain.position(TargetID(req.Target)); succ == 0 {
-		store = e.PrepareCommit
-	}
-	v, err := store(id, ver, req.Offset, data, req.FullChunk, chain.Version)
+	// successor has committed, and sync the data while the successors
+	// store (the data is durable before the commit record, as before; see
+	// the package doc).
+	_, succ, _ := chain.position(TargetID(req.Target))
+	v, syncData, err := e.store(storeRequest{id: id, ver: ver, off: req.Offset, data: data, full: req.FullChunk,
+		chainVer: chain.Version, commit: succ == 0, want: &req.Crc, deferSync: true})
 	if errors.Is(err, ErrVersion) {
 		// Already committed here: a forward retried after it succeeded.
 		if m, merr := e.Meta(id); merr == nil && m.GetCommitted().GetVer() >= ver {
@@ -249,7 +244,17 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 			UpdateVer: ver, FullChunk: true, Src: n.remote(fslot, uint32(got)),
 		}, func() { n.free <- fslot }, nil
 	}
-	if err := n.forward(ctx, TargetID(req.Target), fwd, full); err != nil {
+	synced := make(chan error, 1)
+	if syncData != nil {
+		go func() { synced <- syncData() }()
+	} else {
+		synced <- nil
+	}
+	err = n.forward(ctx, TargetID(req.Target), fwd, full)
+	if serr := <-synced; err == nil {
+		err = serr
+	}
+	if err != nil {
 		return nil, err
 	}
 	if _, err := e.Commit(id, ver); err != nil {

@@ -239,11 +239,14 @@ func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb
 		defer unlock()
 		return &storagepb.SyncWriteReply{}, e.Remove(id)
 	}
-	slot, data, err := n.pull(ctx, req.Src, req.Length, req.Crc)
+	slot, data, err := n.pull(ctx, req.Src, req.Length)
 	if err != nil {
 		return nil, fmt.Errorf("sync of chunk %v: %w", id, err)
 	}
 	defer func() { n.free <- slot }()
+	if CRC(data) != req.Crc {
+		return nil, fmt.Errorf("sync of chunk %v: pulled bytes: %w", id, ErrChecksum)
+	}
 	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
 	defer unlock()
 	return &storagepb.SyncWriteReply{}, e.Replace(id, req.Ver, data)
