@@ -59,6 +59,9 @@ type pending struct {
 	data [][]byte // a write request's data
 	meta []byte   // call reply body (pooled), owned by the waiter once done
 	err  error
+	// posted is why a push the peer posted ahead of this call's reply could
+	// not be stored (see flagPosted); set by the reader under conn.mu.
+	posted error
 	done chan struct{} // receives once, when the reader has finished with it
 
 	abandoned bool // the caller stopped waiting (under conn.mu)
@@ -75,7 +78,7 @@ func getPending(typ uint8) *pending {
 func putPending(p *pending) {
 	clear(p.dsts)
 	clear(p.data)
-	p.dsts, p.data, p.meta, p.err, p.abandoned = p.dsts[:0], p.data[:0], nil, nil, false
+	p.dsts, p.data, p.meta, p.err, p.posted, p.abandoned = p.dsts[:0], p.data[:0], nil, nil, nil, false
 	pendingPool.Put(p)
 }
 

@@ -19,7 +19,7 @@ import (
 //	4   metaLen  u32  (bytes of meta that follow the header)
 //	8   reqID    u64  (chosen by the requester, echoed by the reply)
 //	16  dataLen  u32  (bytes of bulk data that follow the meta)
-//	20  flags    u8   (flagDataCRC)
+//	20  flags    u8   (flagDataCRC, flagPosted)
 //	21  reserved      (7 bytes, zero)
 //	28  headCRC  u32  (CRC32C of bytes 0..27 and the meta)
 //
@@ -46,6 +46,15 @@ import (
 //	typeWriteReply  empty
 //
 // A reply with a non-zero status carries the error message as its meta and no data.
+//
+// A typeWrite with flagPosted is a push that a handler makes into the memory
+// of the peer whose call it is serving, on the connection the call came in
+// on: its reqID is that call's (the receiver's own) request id, and it gets
+// no reply. The call's reply follows it on the same connection, so the
+// reply is its acknowledgement, as a SEND after an RDMA WRITE on one queue
+// pair is: the receiver reads the push before the reply, and fails the call
+// if the push could not be stored. That saves a round trip per push (a
+// chunk read's bytes travel this way).
 const (
 	headerSize   = 32
 	frameVersion = 1
@@ -60,6 +69,8 @@ const (
 
 	// flagDataCRC: the data is followed by its CRC32C.
 	flagDataCRC = 1
+	// flagPosted: a typeWrite that rides ahead of a call's reply (above).
+	flagPosted = 2
 
 	// maxData bounds one frame's bulk data; larger batches are refused locally.
 	maxData = 1 << 30
@@ -130,8 +141,11 @@ func decodeHeader(b []byte, lim limits) (header, error) {
 	h.dataLen = binary.LittleEndian.Uint32(b[16:])
 	h.headCRC = binary.LittleEndian.Uint32(b[28:])
 	h.flags = b[20]
-	if binary.LittleEndian.Uint64(b[20:])>>8 != 0 || h.flags&^flagDataCRC != 0 {
+	if binary.LittleEndian.Uint64(b[20:])>>8 != 0 || h.flags&^(flagDataCRC|flagPosted) != 0 {
 		return h, fmt.Errorf("%w: reserved header bits set", fabric.ErrProtocol)
+	}
+	if h.flags&flagPosted != 0 && h.typ != typeWrite {
+		return h, fmt.Errorf("%w: posted flag on frame type %d", fabric.ErrProtocol, h.typ)
 	}
 	if h.flags&flagDataCRC != 0 && h.dataLen == 0 {
 		return h, fmt.Errorf("%w: checksum flag on a frame without data", fabric.ErrProtocol)

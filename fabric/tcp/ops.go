@@ -83,6 +83,12 @@ func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, verb fabri
 	if total > maxData {
 		return fmt.Errorf("%w: %d bytes in one batch, limit %d", fabric.ErrFrameTooLarge, total, maxData)
 	}
+	if s, ok := ctx.Value(servingKey{}).(servingCall); ok && typ == typeWrite && s.c.peer == node {
+		// A handler pushing into its caller's memory: the push rides ahead
+		// of the reply on the call's connection and the reply acknowledges
+		// it (see flagPosted).
+		return s.c.postWrite(ctx, s.id, ops, total)
+	}
 	c, err := ep.conn(ctx, node)
 	if err != nil {
 		return err
@@ -93,21 +99,10 @@ func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, verb fabri
 	}
 	frame := ep.bufs.get(headerSize + metaLen)
 	defer ep.bufs.put(frame)
-	for i, op := range ops {
-		putDesc(frame[headerSize+i*descSize:], desc{key: op.Remote.Key, off: op.Remote.Offset, n: op.Remote.Len})
-	}
+	putDescs(frame, ops)
 	h := header{typ: typ, metaLen: uint32(metaLen)}
 	var locals [1][]byte // a single op's slice list, without allocating
-	var lists [][]byte
-	if len(ops) == 1 {
-		locals[0] = ops[0].Local
-		lists = locals[:]
-	} else {
-		lists = make([][]byte, len(ops))
-		for i, op := range ops {
-			lists[i] = op.Local
-		}
-	}
+	lists := localLists(ops, locals[:])
 	if typ == typeRead {
 		_, err = c.roundTrip(ctx, h, frame, nil, lists)
 		return err
@@ -115,4 +110,42 @@ func (ep *Endpoint) oneSided(ctx context.Context, node fabric.NodeID, verb fabri
 	h.dataLen, h.flags = uint32(total), ep.dataFlags(total)
 	_, err = c.roundTrip(ctx, h, frame, lists, nil)
 	return err
+}
+
+// putDescs writes ops' descriptors after the header in frame.
+func putDescs(frame []byte, ops []fabric.Op) {
+	for i, op := range ops {
+		putDesc(frame[headerSize+i*descSize:], desc{key: op.Remote.Key, off: op.Remote.Offset, n: op.Remote.Len})
+	}
+}
+
+// localLists returns ops' local slices, in one (a one-element array's
+// slice, so that a single op allocates nothing) when there is one op.
+func localLists(ops []fabric.Op, one [][]byte) [][]byte {
+	if len(ops) == 1 {
+		one[0] = ops[0].Local
+		return one
+	}
+	lists := make([][]byte, len(ops))
+	for i, op := range ops {
+		lists[i] = op.Local
+	}
+	return lists
+}
+
+// postWrite sends ops as a push posted ahead of the reply to the peer's
+// call id (see flagPosted). It returns once the bytes are on the socket;
+// the peer reports a failure to store them as the call's error.
+func (c *conn) postWrite(ctx context.Context, id uint64, ops []fabric.Op, total uint64) error {
+	metaLen := len(ops) * descSize
+	if uint64(metaLen) > uint64(c.peerLim.maxMeta) {
+		return fmt.Errorf("%w: %d ranges in one batch, peer accepts %d", fabric.ErrFrameTooLarge, len(ops), c.peerLim.maxMeta/descSize)
+	}
+	frame := c.ep.bufs.get(headerSize + metaLen)
+	defer c.ep.bufs.put(frame)
+	putDescs(frame, ops)
+	h := header{typ: typeWrite, id: id, metaLen: uint32(metaLen), dataLen: uint32(total), flags: c.ep.dataFlags(total) | flagPosted}
+	h.encode(frame, frame[headerSize:])
+	var locals [1][]byte
+	return c.send(ctx, frame, localLists(ops, locals[:]))
 }

@@ -56,6 +56,12 @@ func (c *conn) readFrames(w *work) error {
 			}
 			continue
 		}
+		if h.flags&flagPosted != 0 {
+			if err := c.readPostedWrite(h); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := c.admit(); err != nil {
 			return err
 		}
@@ -124,7 +130,13 @@ func (c *conn) fillReply(h header, p *pending) error {
 	switch h.typ {
 	case typeCallReply:
 		p.meta = c.ep.bufs.get(int(h.metaLen))
-		return c.fr.meta(h, p.meta)
+		if err := c.fr.meta(h, p.meta); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		p.err = p.posted
+		c.mu.Unlock()
+		return nil
 	case typeWriteReply:
 		if h.metaLen != 0 {
 			return fmt.Errorf("%w: write reply with meta", fabric.ErrProtocol)
@@ -233,6 +245,37 @@ func (c *conn) readWriteRequest(h header, w *work) error {
 	return nil
 }
 
+// readPostedWrite stores a push the peer posted ahead of its reply to our
+// call h.id (see flagPosted). It is read inline, like a reply: it needs no
+// worker and sends nothing back. A push for a call we no longer wait for is
+// drained unread; one that cannot be stored fails the call.
+func (c *conn) readPostedWrite(h header) error {
+	c.mu.Lock()
+	p := c.pending[h.id]
+	waiting := p != nil && !p.abandoned && p.typ == typeCallReply
+	c.mu.Unlock()
+	if !waiting {
+		meta := c.ep.bufs.get(int(h.metaLen))
+		defer c.ep.bufs.put(meta)
+		if err := c.fr.meta(h, meta); err != nil {
+			return err
+		}
+		return c.fr.skipData(h)
+	}
+	var w work
+	if err := c.readWriteRequest(h, &w); err != nil {
+		return err
+	}
+	if w.err != nil {
+		c.mu.Lock()
+		if p := c.pending[h.id]; p != nil && p.posted == nil {
+			p.posted = fmt.Errorf("push from %s ahead of the reply: %w", c.peer, w.err)
+		}
+		c.mu.Unlock()
+	}
+	return nil
+}
+
 // acquireAll checks every descriptor in meta against the region table and
 // holds the spans. On error nothing stays held.
 func (c *conn) acquireAll(meta []byte, want fabric.Access) ([]fabric.Span, uint64, error) {
@@ -268,7 +311,7 @@ func (c *conn) serve(w *work) {
 	h := header{typ: w.typ + 1, id: w.id}
 	switch {
 	case w.typ == typeCall:
-		c.serveCall(h, w.meta)
+		c.serveCall(h, w.id, w.meta)
 		return
 	case w.err != nil:
 		c.sendReply(c.errorFrame(h, w.err), nil)
@@ -307,8 +350,8 @@ func (c *conn) sendReply(frame []byte, data [][]byte) {
 	c.ep.bufs.put(frame)
 }
 
-func (c *conn) serveCall(h header, meta []byte) {
-	resp, err := c.runHandler(meta)
+func (c *conn) serveCall(h header, id uint64, meta []byte) {
+	resp, err := c.runHandler(id, meta)
 	c.ep.bufs.put(meta)
 	if err != nil {
 		c.sendReply(c.errorFrame(h, err), nil)
@@ -334,8 +377,10 @@ func (c *conn) serveCall(h header, meta []byte) {
 }
 
 // runHandler decodes a call's meta and runs its handler under the caller's
-// deadline, turning a panic into an error for the caller.
-func (c *conn) runHandler(meta []byte) (resp proto.Message, err error) {
+// deadline, turning a panic into an error for the caller. The handler's
+// context names the call (servingCall), so that the handler's pushes to the
+// caller ride ahead of the reply.
+func (c *conn) runHandler(id uint64, meta []byte) (resp proto.Message, err error) {
 	if len(meta) < 9 || len(meta) < 9+int(meta[8]) {
 		return nil, fmt.Errorf("%w: short call header", fabric.ErrBadRequest)
 	}
@@ -352,6 +397,7 @@ func (c *conn) runHandler(meta []byte) (resp proto.Message, err error) {
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	ctx = context.WithValue(ctx, servingKey{}, servingCall{c: c, id: id})
 	defer func() {
 		if r := recover(); r != nil {
 			c.ep.log.Error("fabric handler panicked", "method", method, "peer", c.peer, "panic", r, "stack", string(debug.Stack()))
@@ -373,4 +419,14 @@ func (c *conn) errorFrame(h header, err error) []byte {
 	copy(frame[headerSize:], msg)
 	h.encode(frame, frame[headerSize:])
 	return frame
+}
+
+// servingKey is the context key of the call a handler is serving.
+type servingKey struct{}
+
+// servingCall is the call a handler is serving: the connection it came in on
+// and the caller's request id.
+type servingCall struct {
+	c  *conn
+	id uint64
 }
