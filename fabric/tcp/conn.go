@@ -62,7 +62,7 @@ type pending struct {
 	// posted is why a push the peer posted ahead of this call's reply could
 	// not be stored (see flagPosted); set by the reader under conn.mu.
 	posted error
-	done chan struct{} // receives once, when the reader has finished with it
+	done   chan struct{} // receives once, when the reader has finished with it
 
 	abandoned bool // the caller stopped waiting (under conn.mu)
 }
