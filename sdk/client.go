@@ -54,15 +54,6 @@ type Client struct {
 	store   *storage.Client
 	id      uint64
 	seq     atomic.Uint64
-
-	// buffers are registered staging buffers, one chunk each: file data
-	// passes through them on its way to and from storage.
-	buffers chan *buffer
-}
-
-type buffer struct {
-	b  []byte
-	mr fabric.MR
 }
 
 // Connect connects to a cluster.
@@ -79,7 +70,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Client{buffers: make(chan *buffer, 4)}
+	c := &Client{}
 	var b [8]byte
 	rand.Read(b[:])
 	c.id = binary.LittleEndian.Uint64(b[:]) | 1
@@ -109,14 +100,6 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		return fail(err)
 	}
 	c.store = storage.NewClient(c.ep, c.routing)
-	for i := 0; i < cap(c.buffers); i++ {
-		buf := make([]byte, maxPiece)
-		mr, err := c.ep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
-		if err != nil {
-			return fail(err)
-		}
-		c.buffers <- &buffer{b: buf, mr: mr}
-	}
 	return c, nil
 }
 

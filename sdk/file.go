@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
+	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/storage"
 )
@@ -18,9 +20,13 @@ type piece struct {
 	n        int
 }
 
-// maxPiece is the staging buffers' size: chunks larger than it travel in
+// maxPiece bounds one chunk request: chunks larger than it travel in
 // several pieces.
 const maxPiece = 4 << 20
+
+// maxPiecesInFlight bounds the chunk requests one ReadAt or WriteAt has in
+// flight at once.
+const maxPiecesInFlight = 16
 
 // pieces cuts [off, off+n) at chunk boundaries (and every maxPiece bytes).
 func (f *File) pieces(off int64, n int) []piece {
@@ -29,7 +35,7 @@ func (f *File) pieces(off int64, n int) []piece {
 	for done := 0; done < n; {
 		pos := off + int64(done)
 		idx, in := pos/cs, pos%cs
-		k := int(min(cs-in, int64(n-done), maxPiece)) // a piece fits a staging buffer
+		k := int(min(cs-in, int64(n-done), maxPiece))
 		out = append(out, piece{index: uint64(idx), chunkOff: uint32(in), off: done, n: k})
 		done += k
 	}
@@ -40,8 +46,61 @@ func (f *File) chain(index uint64) storage.ChainID {
 	return storage.ChainID(meta.ChunkChain(f.chains, f.in.Layout, f.in.Ino, index))
 }
 
+func (f *File) chunk(index uint64) storage.ChunkID {
+	return storage.ChunkID{Inode: f.in.Ino, Index: uint32(index)}
+}
+
+// eachPiece registers b with the data plane for the duration (access
+// says what storage may do to it: pull written bytes, push read ones) and
+// runs fn on every piece, several at once when there are several: the
+// pieces of a range lie in different chunks, usually on different chains
+// and nodes. It returns the offset in b of the first piece that failed,
+// with its error, or len(b) and nil.
+//
+// Registering the caller's own buffer, rather than staging through a
+// registered one, is what saves a copy of every byte: storage pulls the
+// written bytes straight out of b and pushes read ones straight into it.
+// A registration costs a map entry and a random key, and deregistering
+// waits for any access still in progress, so no late push from an attempt
+// given up can reach b after it is handed back.
+func (f *File) eachPiece(b []byte, off int64, access fabric.Access, fn func(mr fabric.MR, pc piece) error) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	mr, err := f.c.ep.RegisterMemory(b, access)
+	if err != nil {
+		return 0, err
+	}
+	defer mr.Deregister()
+	pcs := f.pieces(off, len(b))
+	if len(pcs) == 1 {
+		if err := fn(mr, pcs[0]); err != nil {
+			return 0, err
+		}
+		return len(b), nil
+	}
+	errs := make([]error, len(pcs))
+	sem := make(chan struct{}, maxPiecesInFlight)
+	var wg sync.WaitGroup
+	for i, pc := range pcs {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = fn(mr, pc)
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			return pcs[i].off, err
+		}
+	}
+	return len(b), nil
+}
+
 // WriteAt writes p at off; the file's length as others see it is set when
-// the file is closed.
+// the file is closed. The chunks p spans are written concurrently.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	if f.session == 0 {
 		return 0, fmt.Errorf("write %s: not open for writing", f.name)
@@ -62,20 +121,20 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 func (f *File) put(ctx context.Context, p []byte, off int64) (int, error) {
 	ctx, done := f.c.call(ctx)
 	defer done()
-	for _, pc := range f.pieces(off, len(p)) {
-		buf := <-f.c.buffers
-		copy(buf.b, p[pc.off:pc.off+pc.n])
-		_, err := f.c.store.WriteRegistered(ctx, f.chain(pc.index), storage.ChunkID{Inode: f.in.Ino, Index: uint32(pc.index)},
-			pc.chunkOff, false, buf.mr, 0, buf.b[:pc.n])
-		f.c.buffers <- buf
-		if err != nil {
-			return pc.off, fmt.Errorf("write %s: %w", f.name, err)
-		}
+	n, err := f.eachPiece(p, off, fabric.AccessRemoteRead, func(mr fabric.MR, pc piece) error {
+		_, err := f.c.store.WriteRegistered(ctx, f.chain(pc.index), f.chunk(pc.index), pc.chunkOff, false,
+			mr, pc.off, p[pc.off:pc.off+pc.n])
+		return err
+	})
+	if err != nil {
+		return n, fmt.Errorf("write %s: %w", f.name, err)
 	}
 	return len(p), nil
 }
 
-// ReadAt reads len(p) bytes at off; parts never written read as zeros.
+// ReadAt reads len(p) bytes at off; parts never written read as zeros. The
+// chunks p spans are read concurrently, each pushed by storage straight
+// into p.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("read %s: negative offset", f.name)
@@ -87,18 +146,16 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 	want := int(min(int64(len(p)), size-off))
 	ctx, done := f.c.call(context.Background())
 	defer done()
-	for _, pc := range f.pieces(off, want) {
-		buf := <-f.c.buffers
-		got, _, err := f.c.store.ReadRegistered(ctx, f.chain(pc.index), storage.ChunkID{Inode: f.in.Ino, Index: uint32(pc.index)},
-			pc.chunkOff, buf.mr, 0, buf.b[:pc.n], false)
+	n, err := f.eachPiece(p[:want], off, fabric.AccessRemoteWrite, func(mr fabric.MR, pc piece) error {
+		got, _, err := f.c.store.ReadRegistered(ctx, f.chain(pc.index), f.chunk(pc.index), pc.chunkOff,
+			mr, pc.off, p[pc.off:pc.off+pc.n], false)
 		if err == nil {
-			copy(p[pc.off:], buf.b[:got])
 			clear(p[pc.off+got : pc.off+pc.n]) // a hole, or a chunk shorter than the file
 		}
-		f.c.buffers <- buf
-		if err != nil {
-			return pc.off, fmt.Errorf("read %s: %w", f.name, err)
-		}
+		return err
+	})
+	if err != nil {
+		return n, fmt.Errorf("read %s: %w", f.name, err)
 	}
 	if want < len(p) {
 		return want, io.EOF

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -103,6 +106,10 @@ type Engine struct {
 	metaGen uint64                           // bumped by every record write
 	locks   [64]sync.Mutex                   // one update at a time per chunk
 	slots   [256]sync.RWMutex                // a slot's file: readers share, the writer of a new version excludes them
+	// slotGens count the writes into each slot lock's files (bumped under
+	// the lock, before the write), so that a reader that let go of the
+	// lock can tell whether its view of a file was written over (View).
+	slotGens [256]atomic.Uint64
 }
 
 // OpenEngine opens (or creates) the target in cfg.Dir and removes the files
@@ -147,13 +154,23 @@ func (e *Engine) lock(id ChunkID) *sync.Mutex {
 }
 
 func (e *Engine) slotLock(id ChunkID, slot uint32) *sync.RWMutex {
+	return &e.slots[slotIndex(id, slot)]
+}
+
+// slotWritten marks a write into one of the chunk's files; call it with
+// the slot's lock held, before writing.
+func (e *Engine) slotWritten(id ChunkID, slot uint32) {
+	e.slotGens[slotIndex(id, slot)].Add(1)
+}
+
+func slotIndex(id ChunkID, slot uint32) uint32 {
 	h := fnv.New32a()
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:], id.Inode)
 	binary.LittleEndian.PutUint32(b[8:], id.Index)
 	binary.LittleEndian.PutUint32(b[12:], slot)
 	h.Write(b[:])
-	return &e.slots[h.Sum32()%uint32(len(e.slots))]
+	return h.Sum32() % 256
 }
 
 func (e *Engine) removeOrphans() error {
@@ -384,6 +401,7 @@ func (e *Engine) writeFile(id ChunkID, slot uint32, b []byte, sync bool) (func()
 	l := e.slotLock(id, slot)
 	l.Lock()
 	defer l.Unlock()
+	e.slotWritten(id, slot)
 	name := join(e.chunks, id.fileName(slot))
 	f, created, err := e.fs.OpenWrite(name)
 	if err != nil {
@@ -504,27 +522,173 @@ func (e *Engine) Read(id ChunkID, off uint32, dst []byte) (int, *storagepb.Versi
 
 // ReadVersion is Read of version ver (committed or pending; 0: committed).
 func (e *Engine) ReadVersion(id ChunkID, ver uint64, off uint32, dst []byte) (int, *storagepb.Version, error) {
+	var n int
+	v, err := e.withVersion(id, ver, func(v *storagepb.Version) (err error) {
+		n, err = e.readVersion(id, v, off, dst)
+		return err
+	})
+	return n, v, err
+}
+
+// View is ReadVersion without the copy: it returns up to n bytes of version
+// ver at off (fewer at the chunk's end) as a read-only view of the chunk's
+// file in the page cache. A range of whole blocks is not checked here: its
+// CRC (RangeCRC) comes from the record's block checksums, so the reader's
+// check of the bytes it received checks the blocks, end to end. Any other
+// range has every block it touches checked, as ReadVersion does. ok is false, and
+// nothing returned, when the version cannot be viewed (it is compressed, or
+// the FS maps no files): use ReadVersion then.
+//
+// The view holds no lock, so writers never wait for a reader (whose next
+// step may be a network send to a slow peer). Instead the caller must call
+// done once it has finished with the bytes (sent them); done reports
+// whether they stayed intact. If not, a newer version was written into the
+// file meanwhile and the caller must not vouch for what it sent (report
+// ErrNotCommitted: a retry finds the new version). That takes two commits
+// of the chunk during one send, since a write goes to the file that does
+// not hold the committed version.
+//
+// Serving reads from views is what takes a copy of every byte off a
+// storage node's read path: the node checks the blocks in place and pushes
+// straight from the page cache to the socket (or, on RDMA, the NIC).
+func (e *Engine) View(id ChunkID, ver uint64, off uint32, n int) (view []byte, v *storagepb.Version, done func() (intact bool), ok bool, err error) {
+	v, err = e.withVersion(id, ver, func(v *storagepb.Version) (err error) {
+		view, done, err = e.viewVersion(id, v, off, n)
+		return err
+	})
+	if errors.Is(err, errNoView) {
+		return nil, nil, nil, false, nil
+	}
+	if err != nil {
+		return nil, v, nil, true, err
+	}
+	return view, v, done, true, nil
+}
+
+// withVersion runs fn on version ver of the chunk (0: the committed one),
+// again with the chunk's new record if a newer version took the version's
+// slot between the lookup and fn's lock (errMoved).
+func (e *Engine) withVersion(id ChunkID, ver uint64, fn func(*storagepb.Version) error) (*storagepb.Version, error) {
 	for attempt := 0; ; attempt++ {
 		m, err := e.Meta(id)
 		if err != nil {
-			return 0, nil, err
+			return nil, err
 		}
 		v := m.GetCommitted()
 		if ver != 0 && v.GetVer() != ver {
 			v = m.GetPending()
 			if v.GetVer() != ver {
-				return 0, nil, fmt.Errorf("chunk %v version %d: %w", id, ver, ErrVersion)
+				return nil, fmt.Errorf("chunk %v version %d: %w", id, ver, ErrVersion)
 			}
 		}
 		if v == nil {
-			return 0, nil, fmt.Errorf("chunk %v: %w", id, ErrNotFound)
+			return nil, fmt.Errorf("chunk %v: %w", id, ErrNotFound)
 		}
-		n, err := e.readVersion(id, v, off, dst)
+		err = fn(v)
 		if errors.Is(err, errMoved) && attempt < 8 {
-			continue // a newer version took the slot between lookup and read
+			continue
 		}
-		return n, v, err
+		return v, err
 	}
+}
+
+// openVersion holds v's slot against rewrites and returns its open file,
+// once it has checked that the slot still holds v (a newer version may have
+// been written into it between the caller's lookup and the lock: errMoved).
+// done releases both.
+func (e *Engine) openVersion(id ChunkID, v *storagepb.Version) (cf *cachedFile, done func(), err error) {
+	l := e.slotLock(id, v.Slot)
+	l.RLock()
+	m, err := e.Meta(id)
+	if err == nil && !holds(m.GetCommitted(), v) && !holds(m.GetPending(), v) {
+		err = errMoved
+	}
+	if err == nil {
+		cf, err = e.files.get(fileKey{id, v.Slot}, func() (File, error) { return e.fs.Open(join(e.chunks, id.fileName(v.Slot))) })
+		if err != nil {
+			err = diskError(id, err)
+		}
+	}
+	if err != nil {
+		l.RUnlock()
+		return nil, nil, err
+	}
+	return cf, func() { e.files.put(cf); l.RUnlock() }, nil
+}
+
+// errNoView: the version cannot be read in place.
+var errNoView = errors.New("chunk version cannot be viewed")
+
+// viewVersion is View of version v.
+func (e *Engine) viewVersion(id ChunkID, v *storagepb.Version, off uint32, n int) ([]byte, func() bool, error) {
+	if v.Compressed {
+		return nil, nil, errNoView
+	}
+	if off >= v.Length {
+		return nil, func() bool { return true }, nil
+	}
+	n = min(n, int(v.Length-off))
+	cf, done, err := e.openVersion(id, v)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Read under the slot's lock: the generation, then the blocks' check.
+	gen := &e.slotGens[slotIndex(id, v.Slot)]
+	before := gen.Load()
+	view, err := cf.view(e.cfg.MaxChunkSize)
+	if err == nil && view == nil {
+		err = errNoView
+	}
+	if err == nil {
+		// A file shorter than its record (a lost write) must not be
+		// touched past its end: that is a fault, not an error.
+		var size int64
+		if size, err = cf.f.(Viewer).Size(); err == nil && size < int64(v.Stored) {
+			err = fmt.Errorf("chunk %v version %d: %w: file shorter than recorded", id, v.Ver, ErrChecksum)
+		}
+	}
+	if err == nil && !blockAligned(v, off, uint32(n)) {
+		// Whole blocks need no check here: their CRC for the reader comes
+		// from the record, not from these bytes, so the reader's check of
+		// what it received is the blocks' check, end to end (see the
+		// package doc). That saves a pass over every byte from memory,
+		// which cost as much as the page-cache copy it replaced.
+		first := off / blockSize * blockSize
+		last := min(v.Length, (off+uint32(n)+blockSize-1)/blockSize*blockSize)
+		err = checkMapped(id, v, view[first:last], first, last)
+	}
+	if err != nil {
+		done()
+		return nil, nil, err
+	}
+	// Keep the file (and its mapping) open until the caller is done, but
+	// let writers in: the generation tells whether one came.
+	e.slotLock(id, v.Slot).RUnlock()
+	intact := func() bool {
+		ok := gen.Load() == before
+		e.files.put(cf)
+		return ok
+	}
+	return view[off : off+uint32(n) : off+uint32(n)], intact, nil
+}
+
+// checkMapped is checkBlocks over mapped file bytes, where a file cut
+// short under us (by something other than the engine, which holds the
+// slot) raises a fault instead of a short read: that is reported as
+// ErrChecksum rather than crashing the node.
+func checkMapped(id ChunkID, v *storagepb.Version, buf []byte, from, to uint32) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			re, ok := r.(runtime.Error)
+			if !ok || !strings.Contains(re.Error(), "fault") {
+				panic(r)
+			}
+			err = fmt.Errorf("chunk %v version %d: %w: %v", id, v.Ver, ErrChecksum, re)
+		}
+	}()
+	return checkBlocks(id, v, buf, from, to)
 }
 
 // readVersion reads version v's bytes at off into dst, checking every block
@@ -534,23 +698,11 @@ func (e *Engine) readVersion(id ChunkID, v *storagepb.Version, off uint32, dst [
 		return 0, nil
 	}
 	n := min(len(dst), int(v.Length-off))
-	l := e.slotLock(id, v.Slot)
-	l.RLock()
-	defer l.RUnlock()
-	// Still there? A newer version may have been written into the slot
-	// between the caller's lookup and our lock.
-	m, err := e.Meta(id)
+	cf, done, err := e.openVersion(id, v)
 	if err != nil {
 		return 0, err
 	}
-	if !holds(m.GetCommitted(), v) && !holds(m.GetPending(), v) {
-		return 0, errMoved
-	}
-	cf, err := e.files.get(fileKey{id, v.Slot}, func() (File, error) { return e.fs.Open(join(e.chunks, id.fileName(v.Slot))) })
-	if err != nil {
-		return 0, diskError(id, err)
-	}
-	defer e.files.put(cf)
+	defer done()
 	f := cf.f
 	if v.Compressed {
 		enc := make([]byte, v.Stored)
@@ -607,9 +759,8 @@ func readError(id ChunkID, v *storagepb.Version, err error) error {
 // it is combined from the blocks' checksums without touching the bytes, so
 // a server can hand the client an end-to-end checksum for free.
 func RangeCRC(v *storagepb.Version, off uint32, data []byte) uint32 {
-	n := uint32(len(data))
-	end := off + n
-	if off%blockSize != 0 || (end%blockSize != 0 && end != v.Length) || int(end/blockSize) > len(v.BlockCrcs)+1 {
+	end := off + uint32(len(data))
+	if !blockAligned(v, off, uint32(len(data))) {
 		return CRC(data)
 	}
 	crc := uint32(0)
@@ -617,6 +768,14 @@ func RangeCRC(v *storagepb.Version, off uint32, data []byte) uint32 {
 		crc = crcCombine(crc, v.BlockCrcs[b/blockSize], int(min(blockSize, end-b)))
 	}
 	return crc
+}
+
+// blockAligned reports whether n bytes of v at off are whole blocks (the
+// last may end the chunk), so that RangeCRC derives their CRC from the
+// record's block checksums, not from the bytes.
+func blockAligned(v *storagepb.Version, off, n uint32) bool {
+	end := off + n
+	return off%blockSize == 0 && (end%blockSize == 0 || end == v.Length) && int(end/blockSize) <= len(v.BlockCrcs)+1
 }
 
 // checkBlocks verifies the blocks of v held in buf, which covers [from, to).
@@ -667,6 +826,7 @@ func (e *Engine) Remove(id ChunkID) error {
 	for slot := uint32(0); slot < 2; slot++ {
 		l := e.slotLock(id, slot)
 		l.Lock()
+		e.slotWritten(id, slot)
 		e.files.evict(fileKey{id, slot})
 		e.fs.Remove(join(e.chunks, id.fileName(slot)))
 		l.Unlock()

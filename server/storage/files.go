@@ -6,9 +6,10 @@ import (
 )
 
 // fileCache keeps chunk files open for reads: a chunk's two files are
-// written in place and never replaced, so an open descriptor stays right
-// for as long as the chunk exists (Remove evicts). It saves an open and a
-// close per read, which is most of a small read's cost.
+// written in place and never replaced, so an open descriptor (and a
+// mapping of the file) stays right for as long as the chunk exists (Remove
+// evicts). It saves an open and a close per read, which is most of a small
+// read's cost. Closing a file unmaps it.
 type fileCache struct {
 	mu    sync.Mutex
 	max   int
@@ -27,6 +28,22 @@ type cachedFile struct {
 	refs    int
 	evicted bool
 	elem    *list.Element
+
+	mapOnce sync.Once
+	mapped  []byte // the file's mapping (see view), nil if none
+	mapErr  error
+}
+
+// view returns the file mapped over its first n bytes, mapped on first use
+// and kept for as long as the file stays open (reads of a chunk's file
+// then take no system call at all); nil if the file cannot be mapped.
+func (cf *cachedFile) view(n int) ([]byte, error) {
+	cf.mapOnce.Do(func() {
+		if v, ok := cf.f.(Viewer); ok {
+			cf.mapped, cf.mapErr = v.Map(n)
+		}
+	})
+	return cf.mapped, cf.mapErr
 }
 
 func newFileCache(max int) *fileCache {

@@ -373,86 +373,122 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	if total > n.cfg.MaxReadBatch {
 		return nil, fmt.Errorf("%w: read batch of %d bytes, limit %d", fabric.ErrBadRequest, total, n.cfg.MaxReadBatch)
 	}
-	bp := readBuffers.Get().(*[]byte)
-	if cap(*bp) < total {
-		*bp = make([]byte, total)
+	// Bytes are pushed from views of the chunk files where they can be
+	// (Engine.View), else copied into a pooled buffer, taken only then.
+	var buf []byte
+	var bp *[]byte
+	defer func() {
+		if bp != nil {
+			readBuffers.Put(bp)
+		}
+	}()
+	copyBuf := func(k uint32) []byte {
+		if bp == nil {
+			bp = readBuffers.Get().(*[]byte)
+			if cap(*bp) < total {
+				*bp = make([]byte, total)
+			}
+			buf = (*bp)[:total]
+		}
+		b := buf[:k:k]
+		buf = buf[k:]
+		return b
 	}
-	defer readBuffers.Put(bp)
-	buf := (*bp)[:total]
 	reply := &storagepb.ReadReply{Results: make([]*storagepb.ReadResult, len(req.Entries))}
 	var ops []fabric.Op
+	var views []int // entries served from views
+	var dones []func() bool
 	for i, e := range req.Entries {
-		data := buf[:e.Length]
-		buf = buf[e.Length:]
 		res := &storagepb.ReadResult{}
 		reply.Results[i] = res
-		got, ver, crc, err := n.readEntry(ctx, e, req.FailIfDirty, data)
+		data, done, ver, crc, err := n.readEntry(ctx, e, req.FailIfDirty, copyBuf)
 		if err != nil {
 			res.Code, res.Error = uint32(fabric.CodeOf(err)), err.Error()
 			continue
 		}
-		res.Length, res.Version, res.Crc = uint32(got), ver, crc
-		if got > 0 {
+		res.Length, res.Version, res.Crc = uint32(len(data)), ver, crc
+		if done != nil {
+			views, dones = append(views, i), append(dones, done)
+		}
+		if len(data) > 0 {
 			ops = append(ops, fabric.Op{
-				Remote: fabric.RemoteBuf{Node: fabric.NodeID(e.Dst.Node), Key: e.Dst.Key, Offset: e.Dst.Offset, Len: uint32(got)},
-				Local:  data[:got],
+				Remote: fabric.RemoteBuf{Node: fabric.NodeID(e.Dst.Node), Key: e.Dst.Key, Offset: e.Dst.Offset, Len: uint32(len(data))},
+				Local:  data,
 			})
 		}
 	}
-	if err := n.ep.WriteBatch(ctx, ops); err != nil {
+	err := n.ep.WriteBatch(ctx, ops)
+	for k, done := range dones {
+		if !done() {
+			res := reply.Results[views[k]]
+			err := fmt.Errorf("chunk %v: rewritten while being sent: %w", ChunkFromProto(req.Entries[views[k]].Chunk), ErrNotCommitted)
+			*res = storagepb.ReadResult{Code: uint32(fabric.CodeOf(err)), Error: err.Error()}
+		}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("push read data: %w", err)
 	}
 	return reply, nil
 }
 
-// readBuffers recycles the buffers reads are served from.
+// readBuffers recycles the buffers reads are copied into when they cannot
+// be served from views.
 var readBuffers = sync.Pool{New: func() any { return new([]byte) }}
 
 // readEntry reads one entry's committed bytes (CRAQ: a dirty chunk is
 // resolved by asking the tail which version is committed) and returns
-// their CRC for the client to check.
-func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirty bool, dst []byte) (int, uint64, uint32, error) {
+// them with their CRC for the client to check. The bytes are a view of the
+// chunk's file, with done to call once they are sent (see Engine.View),
+// or, when the version cannot be viewed, copied into copyBuf(e.Length)
+// (done is nil).
+func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirty bool, copyBuf func(uint32) []byte) ([]byte, func() bool, uint64, uint32, error) {
 	chain, eng, err := n.route(e.Chain, e.ChainVer, e.Target)
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, nil, 0, 0, err
 	}
 	if t := n.routing.Routing().Targets[TargetID(e.Target)]; t.State != Serving {
-		return 0, 0, 0, fmt.Errorf("target %d is %v: %w", e.Target, t.State, ErrUnavailable)
+		return nil, nil, 0, 0, fmt.Errorf("target %d is %v: %w", e.Target, t.State, ErrUnavailable)
 	}
 	id := ChunkFromProto(e.Chunk)
 	m, err := eng.Meta(id)
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, nil, 0, 0, err
 	}
 	ver := uint64(0)
 	if p := m.GetPending(); p != nil && servingTail(n.routing.Routing(), chain) != TargetID(e.Target) {
 		if failIfDirty {
-			return 0, 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
+			return nil, nil, 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
 		}
 		tailVer, err := n.queryTail(ctx, chain, e.Chunk)
 		if err != nil {
-			return 0, 0, 0, err
+			return nil, nil, 0, 0, err
 		}
 		switch tailVer {
 		case p.Ver:
 			ver = p.Ver
 		case m.GetCommitted().GetVer():
 		default:
-			return 0, 0, 0, fmt.Errorf("chunk %v: tail has version %d, here %d/%d: %w", id, tailVer, m.GetCommitted().GetVer(), p.Ver, ErrNotCommitted)
+			return nil, nil, 0, 0, fmt.Errorf("chunk %v: tail has version %d, here %d/%d: %w", id, tailVer, m.GetCommitted().GetVer(), p.Ver, ErrNotCommitted)
 		}
 	}
-	got, v, err := eng.ReadVersion(id, ver, e.Offset, dst)
+	data, v, done, viewed, err := eng.View(id, ver, e.Offset, int(e.Length))
+	if !viewed {
+		data = copyBuf(e.Length)
+		var got int
+		got, v, err = eng.ReadVersion(id, ver, e.Offset, data)
+		data = data[:got]
+	}
 	if errors.Is(err, ErrNotFound) {
-		return 0, 0, 0, nil // never written: a hole (the CRC of nothing is 0)
+		return nil, nil, 0, 0, nil // never written: a hole (the CRC of nothing is 0)
 	}
 	if errors.Is(err, ErrVersion) {
 		// The version moved on (committed or replaced) since we looked.
-		return 0, 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
+		return nil, nil, 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
 	}
 	if err != nil {
-		return 0, 0, 0, err
+		return nil, nil, 0, 0, err
 	}
-	return got, v.Ver, RangeCRC(v, e.Offset, dst[:got]), nil
+	return data, done, v.Ver, RangeCRC(v, e.Offset, data), nil
 }
 
 func (n *Node) queryTail(ctx context.Context, c Chain, chunk *storagepb.ChunkID) (uint64, error) {
