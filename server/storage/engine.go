@@ -161,6 +161,7 @@ func (e *Engine) slotLock(id ChunkID, slot uint32) *sync.RWMutex {
 // the slot's lock held, before writing.
 func (e *Engine) slotWritten(id ChunkID, slot uint32) {
 	e.slotGens[slotIndex(id, slot)].Add(1)
+	e.files.written(fileKey{id, slot})
 }
 
 func slotIndex(id ChunkID, slot uint32) uint32 {
@@ -643,7 +644,7 @@ func (e *Engine) viewVersion(id ChunkID, v *storagepb.Version, off uint32, n int
 		// A file shorter than its record (a lost write) must not be
 		// touched past its end: that is a fault, not an error.
 		var size int64
-		if size, err = cf.f.(Viewer).Size(); err == nil && size < int64(v.Stored) {
+		if size, err = cf.fileSize(); err == nil && size < int64(v.Stored) {
 			err = fmt.Errorf("chunk %v version %d: %w: file shorter than recorded", id, v.Ver, ErrChecksum)
 		}
 	}

@@ -3,6 +3,7 @@ package storage
 import (
 	"container/list"
 	"sync"
+	"sync/atomic"
 )
 
 // fileCache keeps chunk files open for reads: a chunk's two files are
@@ -32,6 +33,24 @@ type cachedFile struct {
 	mapOnce sync.Once
 	mapped  []byte // the file's mapping (see view), nil if none
 	mapErr  error
+	// size is the file's size as last seen, or -1: reset by every write to
+	// the file (under its slot's lock), so a reader need not ask the
+	// kernel again for each small read.
+	size atomic.Int64
+}
+
+// fileSize returns the file's size, from the kernel only when a write may
+// have changed it since the last time.
+func (cf *cachedFile) fileSize() (int64, error) {
+	if n := cf.size.Load(); n >= 0 {
+		return n, nil
+	}
+	n, err := cf.f.(Viewer).Size()
+	if err != nil {
+		return 0, err
+	}
+	cf.size.CompareAndSwap(-1, n)
+	return n, nil
 }
 
 // view returns the file mapped over its first n bytes, mapped on first use
@@ -73,6 +92,7 @@ func (c *fileCache) get(k fileKey, open func() (File, error)) (*cachedFile, erro
 		return cf, nil
 	}
 	cf := &cachedFile{key: k, f: f, refs: 1}
+	cf.size.Store(-1)
 	cf.elem = c.lru.PushFront(cf)
 	c.files[k] = cf
 	for c.lru.Len() > c.max {
@@ -99,6 +119,15 @@ func (c *fileCache) evictLocked(cf *cachedFile) {
 	delete(c.files, cf.key)
 	if cf.refs == 0 {
 		cf.f.Close()
+	}
+}
+
+// written forgets the size of k's file, if it is open: it is being written.
+func (c *fileCache) written(k fileKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if cf := c.files[k]; cf != nil {
+		cf.size.Store(-1)
 	}
 }
 
