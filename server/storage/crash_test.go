@@ -64,9 +64,14 @@ func crashContent(v uint64) []byte {
 	return c
 }
 
+// crashCommitEnv makes the crash test's child store and commit each update
+// at once, as a chain's tail does (PrepareCommit).
+const crashCommitEnv = "SLUICE_STORAGE_CRASH_COMMIT"
+
 // crashChild writes and commits updates forever, printing each version once
 // it is committed.
 func crashChild(dir string) error {
+	tail := os.Getenv(crashCommitEnv) != ""
 	e, err := OpenEngine(EngineConfig{Dir: dir})
 	if err != nil {
 		return err
@@ -77,6 +82,13 @@ func crashChild(dir string) error {
 	}
 	for v := m.GetCommitted().GetVer() + 1; ; v++ {
 		off, data, full := crashStep(v)
+		if tail {
+			if _, err := e.PrepareCommit(crashChunk, v, off, data, full, 1); err != nil {
+				return err
+			}
+			fmt.Println(v)
+			continue
+		}
 		if _, err := e.Prepare(crashChunk, v, off, data, full, 1); err != nil {
 			return err
 		}
@@ -91,12 +103,20 @@ func crashChild(dir string) error {
 // chunk reads back as its last acknowledged version or the next one, never
 // a mixture and never a checksum failure.
 func TestCrashConsistency(t *testing.T) {
+	t.Run("prepare+commit", func(t *testing.T) { testCrashConsistency(t, false) })
+	t.Run("tail", func(t *testing.T) { testCrashConsistency(t, true) })
+}
+
+func testCrashConsistency(t *testing.T, tail bool) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(7, 7))
 	last := uint64(0)
 	for round := 0; round < 50; round++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
+		if tail {
+			cmd.Env = append(cmd.Env, crashCommitEnv+"=1")
+		}
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -131,6 +132,10 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 		return nil, fmt.Errorf("open target %s metadata: %w", cfg.Dir, err)
 	}
 	e.db = db
+	if err := e.recoverMarked(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("open target %s: settle interrupted commits: %w", cfg.Dir, err)
+	}
 	if err := e.removeOrphans(); err != nil {
 		db.Close()
 		return nil, err
@@ -266,6 +271,13 @@ func (e *Engine) insertMetaLocked(id ChunkID, m *storagepb.ChunkMeta) {
 }
 
 func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
+	return e.putMetaMarked(id, m, sync, 0)
+}
+
+// putMetaMarked writes the chunk's record and, in the same atomic batch,
+// its promotion mark (see storeCommit): with mark > 0 it sets the mark for
+// pending version mark, with mark < 0 it clears it.
+func (e *Engine) putMetaMarked(id ChunkID, m *storagepb.ChunkMeta, sync bool, mark int64) error {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		return err
@@ -274,11 +286,79 @@ func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
 	if sync {
 		opts = pebble.Sync
 	}
-	if err := e.db.Set(id.key(), b, opts); err != nil {
+	if mark == 0 {
+		err = e.db.Set(id.key(), b, opts)
+	} else {
+		batch := e.db.NewBatch()
+		batch.Set(id.key(), b, nil)
+		if mark > 0 {
+			var v [8]byte
+			binary.BigEndian.PutUint64(v[:], uint64(mark))
+			batch.Set(id.markKey(), v[:], nil)
+		} else {
+			batch.Delete(id.markKey(), nil)
+		}
+		err = batch.Commit(opts)
+		batch.Close()
+	}
+	if err != nil {
 		e.cacheMeta(id, nil)
 		return fmt.Errorf("chunk %v metadata: %w", id, err)
 	}
 	e.cacheMeta(id, m)
+	return nil
+}
+
+// markKey is the key of the chunk's promotion mark: the chunk's key under
+// another prefix, so marks scan apart from records.
+func (c ChunkID) markKey() []byte {
+	k := c.key()
+	k[0] = 'p'
+	return k
+}
+
+// recoverMarked settles the chunks a crash caught in storeCommit: a marked
+// pending version whose bytes all check out was durably stored (and may
+// have been acknowledged), so it becomes the committed one; one that does
+// not check out was never acknowledged, and is dropped. There are at most
+// as many marks as commits were in flight, plus those whose clearing had
+// not reached the disk yet.
+func (e *Engine) recoverMarked() error {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'p'}, UpperBound: []byte{'q'}})
+	if err != nil {
+		return err
+	}
+	type mark struct {
+		id  ChunkID
+		ver uint64
+	}
+	var marks []mark
+	for it.First(); it.Valid(); it.Next() {
+		k := bytes.Clone(it.Key())
+		k[0] = 'c'
+		id, ok := chunkFromKey(k)
+		if ok && len(it.Value()) == 8 {
+			marks = append(marks, mark{id, binary.BigEndian.Uint64(it.Value())})
+		}
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	for _, mk := range marks {
+		m, err := e.metaForUpdate(mk.id)
+		if err != nil {
+			return err
+		}
+		if p := m.GetPending(); p != nil && p.Ver == mk.ver {
+			if _, err := e.readVersion(mk.id, p, 0, make([]byte, p.Length)); err == nil {
+				m.Committed = p
+			}
+			m.Pending = nil
+		}
+		if err := e.putMetaMarked(mk.id, m, true, -1); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -364,7 +444,10 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 	}
 	v.Stored = uint32(len(stored))
 	v.Slot = freeSlot(m)
-	deferSync := r.deferSync && !r.commit
+	if r.commit {
+		return e.storeCommit(id, m, v, stored, r.chainVer)
+	}
+	deferSync := r.deferSync
 	syncData, err := e.writeFile(id, v.Slot, stored, !deferSync)
 	if err != nil {
 		if m.Pending != nil {
@@ -375,13 +458,50 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 		return nil, nil, err
 	}
 	m.Pending, m.ChainVer = v, r.chainVer
-	if r.commit {
-		m.Committed, m.Pending = v, nil
-	}
-	if err := e.putMeta(id, m, r.commit); err != nil {
+	if err := e.putMeta(id, m, false); err != nil {
+		if syncData != nil {
+			syncData()
+		}
 		return nil, nil, err
 	}
 	return v, syncData, nil
+}
+
+// storeCommit stores v (its bytes: stored) as the chunk's committed version
+// with one wait for the disk instead of two: the file's data is synced
+// while a synced record names v as pending, under a promotion mark in the
+// same batch; once both are durable, the record that commits v and clears
+// the mark is written without a sync (the next synced write, of any chunk,
+// carries it to the disk). If a crash comes first, opening the target
+// settles the mark (recoverMarked): v is committed if its bytes all check
+// out, dropped otherwise. Either way no record ever makes a version
+// committed whose bytes may not be on the disk, and v is committed after
+// power loss once storeCommit has returned.
+func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Version, stored []byte, chainVer uint64) (*storagepb.Version, func() error, error) {
+	syncData, err := e.writeFile(id, v.Slot, stored, false)
+	if err != nil {
+		if m.Pending != nil {
+			// The failed write may have damaged the pending version's file.
+			m.Pending = nil
+			e.putMeta(id, m, false)
+		}
+		return nil, nil, err
+	}
+	synced := make(chan error, 1)
+	go func() { synced <- syncData() }()
+	marked := &storagepb.ChunkMeta{Committed: m.GetCommitted(), Pending: v, ChainVer: chainVer}
+	err = e.putMetaMarked(id, marked, true, int64(v.Ver))
+	if serr := <-synced; err == nil {
+		err = serr
+	}
+	if err != nil {
+		e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: m.GetCommitted(), ChainVer: m.ChainVer}, false, -1)
+		return nil, nil, err
+	}
+	if err := e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: v, ChainVer: chainVer}, false, -1); err != nil {
+		return nil, nil, err
+	}
+	return v, nil, nil
 }
 
 // freeSlot is the slot a new version of the chunk goes to: the one the

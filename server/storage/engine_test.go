@@ -274,3 +274,53 @@ func TestEngineChunkOrder(t *testing.T) {
 		t.Fatalf("read after remove: %v", err)
 	}
 }
+
+// TestEngineSettlesMarkedCommits: a crash inside PrepareCommit, after the
+// synced record naming the new version as pending (with its promotion
+// mark) and before the record that commits it. On reopening, the version
+// is committed if its bytes made it to the disk whole, dropped if not.
+func TestEngineSettlesMarkedCommits(t *testing.T) {
+	for _, whole := range []bool{true, false} {
+		dir := t.TempDir()
+		e, err := OpenEngine(EngineConfig{Dir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := ChunkID{Inode: 9}
+		old, data := fabrictest.RandBytes(1, 100<<10), fabrictest.RandBytes(2, 100<<10)
+		if _, err := e.PrepareCommit(id, 1, 0, old, true, 1); err != nil {
+			t.Fatal(err)
+		}
+		m, _ := e.Meta(id)
+		v := newVersion(2, data)
+		v.Slot = freeSlot(m)
+		onDisk := data
+		if !whole {
+			onDisk = bytes.Clone(data)
+			onDisk[70000] ^= 1
+		}
+		if _, err := e.writeFile(id, v.Slot, onDisk, true); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: m.Committed, Pending: v, ChainVer: 1}, true, 2); err != nil {
+			t.Fatal(err)
+		}
+		e.Close()
+		e = openTest(t, EngineConfig{Dir: dir})
+		want, wantVer := data, uint64(2)
+		if !whole {
+			want, wantVer = old, 1
+		}
+		m, _ = e.Meta(id)
+		if m.GetCommitted().GetVer() != wantVer || m.Pending != nil {
+			t.Fatalf("whole=%v: record after reopening: %v", whole, m)
+		}
+		if got := readAll(t, e, id); !bytes.Equal(got, want) {
+			t.Fatalf("whole=%v: content after reopening differs", whole)
+		}
+		if _, closer, err := e.db.Get(id.markKey()); err == nil {
+			closer.Close()
+			t.Fatalf("whole=%v: the mark outlived reopening", whole)
+		}
+	}
+}
