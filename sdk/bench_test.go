@@ -118,3 +118,32 @@ func BenchmarkBatchedRead(b *testing.B) {
 		b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "iops")
 	})
 }
+
+// BenchmarkReadAtCeiling: the most BenchmarkReadAt can reach on this
+// machine over TCP. A plain loopback socket moving 1 MiB per request (the
+// x_socket baseline of fabric and storage, with nothing else to do) against
+// pread of 1 MiB at random offsets of a local file in the page cache,
+// alternating. A read that crosses a socket does at least this exchange's
+// work: two copies of every byte (into the socket and out of it) where
+// pread makes one.
+func BenchmarkReadAtCeiling(b *testing.B) {
+	const size, fileSize = 1 << 20, 64 << 20
+	local := filepath.Join(b.TempDir(), "bench.bin")
+	if err := os.WriteFile(local, fabrictest.RandBytes(1, fileSize), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	lf, err := os.Open(local)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer lf.Close()
+	lbuf := make([]byte, size)
+	rng := rand.New(rand.NewPCG(1, 2))
+	base := func() {
+		if _, err := lf.ReadAt(lbuf, int64(rng.IntN(fileSize/size))*size); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.SetBytes(size)
+	b.ReportMetric(fabrictest.Versus(b, fabrictest.SocketExchange(b, 8, size), base), "x_pread")
+}
