@@ -97,16 +97,18 @@ type EngineConfig struct {
 // Engine stores one target's chunks. See the package doc for what is synced
 // and why. Safe for concurrent use; updates to one chunk are serialized.
 type Engine struct {
-	cfg     EngineConfig
-	fs      FS
-	chunks  string
-	db      *pebble.DB
-	files   *fileCache
-	metaMu  sync.RWMutex
-	metas   map[ChunkID]*storagepb.ChunkMeta // decoded records (see Meta)
-	metaGen uint64                           // bumped by every record write
-	locks   [64]sync.Mutex                   // one update at a time per chunk
-	slots   [256]sync.RWMutex                // a slot's file: readers share, the writer of a new version excludes them
+	cfg    EngineConfig
+	fs     FS
+	chunks string
+	db     *pebble.DB
+	files  *fileCache
+	// allocated: which chunk files may be written back rather than synced
+	allocated allocatedFiles
+	metaMu    sync.RWMutex
+	metas     map[ChunkID]*storagepb.ChunkMeta // decoded records (see Meta)
+	metaGen   uint64                           // bumped by every record write
+	locks     [64]sync.Mutex                   // one update at a time per chunk
+	slots     [256]sync.RWMutex                // a slot's file: readers share, the writer of a new version excludes them
 	// slotGens count the writes into each slot lock's files (bumped under
 	// the lock, before the write), so that a reader that let go of the
 	// lock can tell whether its view of a file was written over (View).
@@ -447,8 +449,13 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 	if r.commit {
 		return e.storeCommit(id, m, v, stored, r.chainVer)
 	}
-	deferSync := r.deferSync
-	syncData, err := e.writeFile(id, v.Slot, stored, !deferSync)
+	w, err := e.writeFile(id, v.Slot, stored)
+	var syncData func() error
+	if err == nil && r.deferSync {
+		syncData = w.sync
+	} else if err == nil {
+		err = w.sync()
+	}
 	if err != nil {
 		if m.Pending != nil {
 			// The failed write may have damaged the pending version's file.
@@ -478,7 +485,7 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 // committed whose bytes may not be on the disk, and v is committed after
 // power loss once storeCommit has returned.
 func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Version, stored []byte, chainVer uint64) (*storagepb.Version, func() error, error) {
-	syncData, err := e.writeFile(id, v.Slot, stored, false)
+	w, err := e.writeFile(id, v.Slot, stored)
 	if err != nil {
 		if m.Pending != nil {
 			// The failed write may have damaged the pending version's file.
@@ -487,12 +494,20 @@ func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Ve
 		}
 		return nil, nil, err
 	}
-	synced := make(chan error, 1)
-	go func() { synced <- syncData() }()
 	marked := &storagepb.ChunkMeta{Committed: m.GetCommitted(), Pending: v, ChainVer: chainVer}
-	err = e.putMetaMarked(id, marked, true, int64(v.Ver))
-	if serr := <-synced; err == nil {
-		err = serr
+	if done, werr := w.writeBack(); done {
+		// The record's sync flushes the data written back before it.
+		err = werr
+		if err == nil {
+			err = e.putMetaMarked(id, marked, true, int64(v.Ver))
+		}
+	} else {
+		synced := make(chan error, 1)
+		go func() { synced <- w.sync() }()
+		err = e.putMetaMarked(id, marked, true, int64(v.Ver))
+		if serr := <-synced; err == nil {
+			err = serr
+		}
 	}
 	if err != nil {
 		e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: m.GetCommitted(), ChainVer: m.ChainVer}, false, -1)
@@ -514,19 +529,29 @@ func freeSlot(m *storagepb.ChunkMeta) uint32 {
 }
 
 // writeFile writes a version into one of the chunk's files, in place, and
-// syncs it, or with sync false returns the sync for the caller to run. No
-// record names that slot for reading meanwhile (the committed version is in
-// the other one), and the slot's lock keeps out readers that looked it up
-// before.
-func (e *Engine) writeFile(id ChunkID, slot uint32, b []byte, sync bool) (func() error, error) {
+// returns the write, not yet durable, for the caller to finish (sync or
+// writeBack). No record names that slot for reading meanwhile (the committed
+// version is in the other one), and the slot's lock keeps out readers that
+// looked it up before.
+func (e *Engine) writeFile(id ChunkID, slot uint32, b []byte) (*fileWrite, error) {
 	l := e.slotLock(id, slot)
 	l.Lock()
 	defer l.Unlock()
 	e.slotWritten(id, slot)
+	key := fileKey{id, slot}
 	name := join(e.chunks, id.fileName(slot))
 	f, created, err := e.fs.OpenWrite(name)
 	if err != nil {
 		return nil, diskError(id, err)
+	}
+	size := int64(-1)
+	if v, ok := f.(Viewer); ok && !created {
+		size, _ = v.Size()
+	}
+	w := &fileWrite{e: e, id: id, key: key, f: f, created: created, size: int64(len(b))}
+	w.inPlace = size == w.size && e.allocated.has(key, w.size)
+	if !w.inPlace {
+		e.allocated.forget(key)
 	}
 	_, err = f.WriteAt(b, 0)
 	if err == nil {
@@ -536,23 +561,110 @@ func (e *Engine) writeFile(id ChunkID, slot uint32, b []byte, sync bool) (func()
 		f.Close()
 		return nil, diskError(id, err)
 	}
-	syncData := func() error {
-		err := f.Sync()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil && created {
-			err = e.fs.SyncDir(e.chunks)
-		}
-		if err != nil {
-			return diskError(id, err)
-		}
-		return nil
+	return w, nil
+}
+
+// fileWrite is a write into a chunk's file that is in the kernel, not yet
+// durable. Finish it with sync, or with writeBack where that suffices.
+type fileWrite struct {
+	e       *Engine
+	id      ChunkID
+	key     fileKey
+	f       File
+	created bool
+	size    int64
+	// inPlace: the write changed no metadata. The file had this size
+	// before, and a sync since the engine opened made its blocks durably
+	// allocated, so only its data is new.
+	inPlace bool
+}
+
+// sync makes the write durable (fdatasync, and the directory's entry for a
+// new file) and closes the file.
+func (w *fileWrite) sync() error {
+	err := w.f.Sync()
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
 	}
-	if !sync {
-		return syncData, nil
+	if err == nil && w.created {
+		err = w.e.fs.SyncDir(w.e.chunks)
 	}
-	return nil, syncData()
+	if err != nil {
+		w.e.allocated.forget(w.key)
+		return diskError(w.id, err)
+	}
+	w.e.allocated.add(w.key, w.size)
+	return nil
+}
+
+// writeBack, for a write in place, has the data written to the device and
+// waits for that, without flushing the device's cache (sync_file_range),
+// and closes the file: the data is durable once the device's cache is
+// flushed afterwards, which any sync on the file system does (the synced
+// record that follows it). It reports false, doing nothing, where that does
+// not suffice: a write that changed the file's size or allocation, whose
+// metadata only a sync makes durable, or a file that cannot.
+//
+// This is what makes a stored version cost one flush of the disk's cache,
+// as a plain synced write does, rather than two: one for the data, then
+// one for the record. Nothing orders the two writes on the device, so a
+// record may outlive data it names; storeCommit's promotion mark is what
+// makes that safe (see the package doc).
+func (w *fileWrite) writeBack() (bool, error) {
+	wb, ok := w.f.(WriteBacker)
+	if !w.inPlace || !ok {
+		return false, nil
+	}
+	err := wb.WriteBack(0, w.size)
+	if cerr := w.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		w.e.allocated.forget(w.key)
+		return true, diskError(w.id, err)
+	}
+	return true, nil
+}
+
+// close drops a write that will not be finished.
+func (w *fileWrite) close() { w.f.Close() }
+
+// allocatedFiles remembers, for chunk files synced since the engine
+// opened, the size their blocks were durably allocated at (see
+// fileWrite.inPlace). Forgetting costs only a full sync next time.
+type allocatedFiles struct {
+	mu    sync.Mutex
+	sizes map[fileKey]int64
+}
+
+const maxAllocatedFiles = 1 << 16
+
+func (a *allocatedFiles) has(k fileKey, size int64) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n, ok := a.sizes[k]
+	return ok && n == size
+}
+
+func (a *allocatedFiles) add(k fileKey, size int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.sizes == nil {
+		a.sizes = make(map[fileKey]int64)
+	}
+	if len(a.sizes) >= maxAllocatedFiles {
+		for k := range a.sizes { // any one: map order is random
+			delete(a.sizes, k)
+			break
+		}
+	}
+	a.sizes[k] = size
+}
+
+func (a *allocatedFiles) forget(k fileKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.sizes, k)
 }
 
 func diskError(id ChunkID, err error) error {
@@ -577,7 +689,11 @@ func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
 	}
 	v := newVersion(ver, data)
 	v.Slot = freeSlot(m)
-	if _, err := e.writeFile(id, v.Slot, data, true); err != nil {
+	w, err := e.writeFile(id, v.Slot, data)
+	if err == nil {
+		err = w.sync()
+	}
+	if err != nil {
 		return err
 	}
 	return e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer}, true)
@@ -948,6 +1064,7 @@ func (e *Engine) Remove(id ChunkID) error {
 		l := e.slotLock(id, slot)
 		l.Lock()
 		e.slotWritten(id, slot)
+		e.allocated.forget(fileKey{id, slot})
 		e.files.evict(fileKey{id, slot})
 		e.fs.Remove(join(e.chunks, id.fileName(slot)))
 		l.Unlock()

@@ -299,7 +299,11 @@ func TestEngineSettlesMarkedCommits(t *testing.T) {
 			onDisk = bytes.Clone(data)
 			onDisk[70000] ^= 1
 		}
-		if _, err := e.writeFile(id, v.Slot, onDisk, true); err != nil {
+		w, err := e.writeFile(id, v.Slot, onDisk)
+		if err == nil {
+			err = w.sync()
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		if err := e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: m.Committed, Pending: v, ChainVer: 1}, true, 2); err != nil {
