@@ -64,14 +64,16 @@ func crashContent(v uint64) []byte {
 	return c
 }
 
-// crashCommitEnv makes the crash test's child store and commit each update
-// at once, as a chain's tail does (PrepareCommit).
-const crashCommitEnv = "SLUICE_STORAGE_CRASH_COMMIT"
+// crashModeEnv says how the crash test's child stores and commits each
+// update: "tail" at once, as a chain's tail does (PrepareCommit); "chain"
+// as a chain's other nodes do (the data finished while successors store,
+// then committed); otherwise with Prepare and Commit.
+const crashModeEnv = "SLUICE_STORAGE_CRASH_MODE"
 
 // crashChild writes and commits updates forever, printing each version once
 // it is committed.
 func crashChild(dir string) error {
-	tail := os.Getenv(crashCommitEnv) != ""
+	mode := os.Getenv(crashModeEnv)
 	e, err := OpenEngine(EngineConfig{Dir: dir})
 	if err != nil {
 		return err
@@ -82,8 +84,23 @@ func crashChild(dir string) error {
 	}
 	for v := m.GetCommitted().GetVer() + 1; ; v++ {
 		off, data, full := crashStep(v)
-		if tail {
+		switch mode {
+		case "tail":
 			if _, err := e.PrepareCommit(crashChunk, v, off, data, full, 1); err != nil {
+				return err
+			}
+			fmt.Println(v)
+			continue
+		case "chain":
+			_, finish, err := e.store(storeRequest{id: crashChunk, ver: v, off: off, data: data, full: full, chainVer: 1, deferSync: true})
+			if err != nil {
+				return err
+			}
+			written, err := finish()
+			if err != nil {
+				return err
+			}
+			if _, err := e.commit(crashChunk, v, written); err != nil {
 				return err
 			}
 			fmt.Println(v)
@@ -103,20 +120,19 @@ func crashChild(dir string) error {
 // chunk reads back as its last acknowledged version or the next one, never
 // a mixture and never a checksum failure.
 func TestCrashConsistency(t *testing.T) {
-	t.Run("prepare+commit", func(t *testing.T) { testCrashConsistency(t, false) })
-	t.Run("tail", func(t *testing.T) { testCrashConsistency(t, true) })
+	for _, mode := range []string{"prepare+commit", "tail", "chain"} {
+		t.Run(mode, func(t *testing.T) { testCrashConsistency(t, mode) })
+	}
 }
 
-func testCrashConsistency(t *testing.T, tail bool) {
+func testCrashConsistency(t *testing.T, mode string) {
 	dir := t.TempDir()
 	rng := rand.New(rand.NewPCG(7, 7))
 	last := uint64(0)
 	for round := 0; round < 50; round++ {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
-		if tail {
-			cmd.Env = append(cmd.Env, crashCommitEnv+"=1")
-		}
+		cmd.Env = append(cmd.Env, crashModeEnv+"="+mode)
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)

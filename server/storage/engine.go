@@ -396,16 +396,19 @@ type storeRequest struct {
 	// content's CRC is combined from the block checksums the version needs
 	// anyway, so a replica passes over pulled bytes once instead of twice.
 	want *uint32
-	// deferSync (Prepare only) leaves the data unsynced and returns the
-	// sync for the caller to run, so that a chain node can sync while its
-	// successors store: the caller must run it, successfully, before it
-	// commits the version.
+	// deferSync (Prepare only) leaves the data unsynced and returns what
+	// finishes it, for the caller to run while its successors store. The
+	// caller must run it, successfully, before it commits the version, and
+	// commit with written set to what it reports: true when the data was
+	// only written back (fileWrite.writeBack), to be made durable by the
+	// commit's own synced record.
 	deferSync bool
 }
 
 // store is Prepare (or PrepareCommit, with r.commit). With r.deferSync it
-// returns the data's sync for the caller to run; otherwise that is nil.
-func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error) {
+// returns what finishes the data's write for the caller to run (see
+// storeRequest.deferSync); otherwise that is nil.
+func (e *Engine) store(r storeRequest) (*storagepb.Version, func() (written bool, err error), error) {
 	id, ver, off, data := r.id, r.ver, r.off, r.data
 	if uint64(off)+uint64(len(data)) > uint64(e.cfg.MaxChunkSize) {
 		return nil, nil, fmt.Errorf("chunk %v: write to %d: %w (%d)", id, uint64(off)+uint64(len(data)), ErrTooLarge, e.cfg.MaxChunkSize)
@@ -450,9 +453,14 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 		return e.storeCommit(id, m, v, stored, r.chainVer)
 	}
 	w, err := e.writeFile(id, v.Slot, stored)
-	var syncData func() error
+	var finish func() (bool, error)
 	if err == nil && r.deferSync {
-		syncData = w.sync
+		finish = func() (bool, error) {
+			if done, err := w.writeBack(); done {
+				return true, err
+			}
+			return false, w.sync()
+		}
 	} else if err == nil {
 		err = w.sync()
 	}
@@ -466,12 +474,12 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 	}
 	m.Pending, m.ChainVer = v, r.chainVer
 	if err := e.putMeta(id, m, false); err != nil {
-		if syncData != nil {
-			syncData()
+		if finish != nil {
+			finish()
 		}
 		return nil, nil, err
 	}
-	return v, syncData, nil
+	return v, finish, nil
 }
 
 // storeCommit stores v (its bytes: stored) as the chunk's committed version
@@ -484,7 +492,7 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 // out, dropped otherwise. Either way no record ever makes a version
 // committed whose bytes may not be on the disk, and v is committed after
 // power loss once storeCommit has returned.
-func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Version, stored []byte, chainVer uint64) (*storagepb.Version, func() error, error) {
+func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Version, stored []byte, chainVer uint64) (*storagepb.Version, func() (bool, error), error) {
 	w, err := e.writeFile(id, v.Slot, stored)
 	if err != nil {
 		if m.Pending != nil {
@@ -494,29 +502,45 @@ func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Ve
 		}
 		return nil, nil, err
 	}
-	marked := &storagepb.ChunkMeta{Committed: m.GetCommitted(), Pending: v, ChainVer: chainVer}
 	if done, werr := w.writeBack(); done {
 		// The record's sync flushes the data written back before it.
 		err = werr
 		if err == nil {
-			err = e.putMetaMarked(id, marked, true, int64(v.Ver))
+			err = e.markedCommit(id, m.GetCommitted(), v, chainVer, nil)
 		}
 	} else {
+		err = e.markedCommit(id, m.GetCommitted(), v, chainVer, w.sync)
+	}
+	if err != nil {
+		e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: m.GetCommitted(), ChainVer: m.ChainVer}, false, -1)
+		return nil, nil, err
+	}
+	return v, nil, nil
+}
+
+// markedCommit makes v the chunk's committed version in place of prev
+// with one synced record: the record naming v pending under a promotion
+// mark, synced while syncData (if not nil) makes v's data durable, and
+// whose sync flushes data written back before it too. The record that
+// commits v and clears the mark follows unsynced. A crash in between is
+// settled when the target opens (recoverMarked).
+func (e *Engine) markedCommit(id ChunkID, prev, v *storagepb.Version, chainVer uint64, syncData func() error) error {
+	marked := &storagepb.ChunkMeta{Committed: prev, Pending: v, ChainVer: chainVer}
+	var err error
+	if syncData == nil {
+		err = e.putMetaMarked(id, marked, true, int64(v.Ver))
+	} else {
 		synced := make(chan error, 1)
-		go func() { synced <- w.sync() }()
+		go func() { synced <- syncData() }()
 		err = e.putMetaMarked(id, marked, true, int64(v.Ver))
 		if serr := <-synced; err == nil {
 			err = serr
 		}
 	}
 	if err != nil {
-		e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: m.GetCommitted(), ChainVer: m.ChainVer}, false, -1)
-		return nil, nil, err
+		return err
 	}
-	if err := e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: v, ChainVer: chainVer}, false, -1); err != nil {
-		return nil, nil, err
-	}
-	return v, nil, nil
+	return e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: v, ChainVer: chainVer}, false, -1)
 }
 
 // freeSlot is the slot a new version of the chunk goes to: the one the
@@ -717,6 +741,13 @@ func newVersion(ver uint64, content []byte) *storagepb.Version {
 // Commit makes version ver, prepared before, the committed one. Committing
 // a version already committed (or superseded) is a no-op.
 func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
+	return e.commit(id, ver, false)
+}
+
+// commit is Commit; written says the version's data was written back
+// (storeRequest.deferSync), not synced, so the commit goes through
+// markedCommit, whose record's sync makes the data durable too.
+func (e *Engine) commit(id ChunkID, ver uint64, written bool) (*storagepb.Version, error) {
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -730,6 +761,12 @@ func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
 	p := m.GetPending()
 	if p == nil || p.Ver != ver {
 		return nil, fmt.Errorf("chunk %v: commit %d, pending %d: %w", id, ver, p.GetVer(), ErrVersion)
+	}
+	if written {
+		if err := e.markedCommit(id, m.GetCommitted(), p, m.ChainVer, nil); err != nil {
+			return nil, err
+		}
+		return p, nil
 	}
 	m.Committed, m.Pending = p, nil
 	if err := e.putMeta(id, m, true); err != nil {

@@ -208,11 +208,10 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 		ver = m.GetCommitted().GetVer() + 1
 	}
 	// A tail commits as it stores; others store pending until their
-	// successor has committed, and sync the data while the successors
-	// store (the data is durable before the commit record, as before; see
-	// the package doc).
+	// successor has committed, and finish writing the data while the
+	// successors store (see the package doc for what is durable when).
 	_, succ, _ := chain.position(TargetID(req.Target))
-	v, syncData, err := e.store(storeRequest{id: id, ver: ver, off: req.Offset, data: data, full: req.FullChunk,
+	v, finish, err := e.store(storeRequest{id: id, ver: ver, off: req.Offset, data: data, full: req.FullChunk,
 		chainVer: chain.Version, commit: succ == 0, want: &req.Crc, deferSync: true})
 	if errors.Is(err, ErrVersion) {
 		// Already committed here: a forward retried after it succeeded.
@@ -244,20 +243,28 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 			UpdateVer: ver, FullChunk: true, Src: n.remote(fslot, uint32(got)),
 		}, func() { n.free <- fslot }, nil
 	}
-	synced := make(chan error, 1)
-	if syncData != nil {
-		go func() { synced <- syncData() }()
+	type finished struct {
+		written bool
+		err     error
+	}
+	done := make(chan finished, 1)
+	if finish != nil {
+		go func() {
+			written, err := finish()
+			done <- finished{written, err}
+		}()
 	} else {
-		synced <- nil
+		done <- finished{}
 	}
 	err = n.forward(ctx, TargetID(req.Target), fwd, full)
-	if serr := <-synced; err == nil {
-		err = serr
+	f := <-done
+	if err == nil {
+		err = f.err
 	}
 	if err != nil {
 		return nil, err
 	}
-	if _, err := e.Commit(id, ver); err != nil {
+	if _, err := e.commit(id, ver, f.written); err != nil {
 		return nil, err
 	}
 	return &storagepb.UpdateReply{CommitVer: ver, ChunkLen: v.Length}, nil
