@@ -122,7 +122,10 @@ func (f *File) put(ctx context.Context, p []byte, off int64) (int, error) {
 	ctx, done := f.c.call(ctx)
 	defer done()
 	n, err := f.eachPiece(p, off, fabric.AccessRemoteRead, func(mr fabric.MR, pc piece) error {
-		_, err := f.c.store.WriteRegistered(ctx, f.chain(pc.index), f.chunk(pc.index), pc.chunkOff, false,
+		// A piece that covers its whole chunk replaces it: storage then
+		// need not read the old content to patch it.
+		whole := pc.chunkOff == 0 && int64(pc.n) == int64(f.in.Layout.GetChunkSize())
+		_, err := f.c.store.WriteRegistered(ctx, f.chain(pc.index), f.chunk(pc.index), pc.chunkOff, whole,
 			mr, pc.off, p[pc.off:pc.off+pc.n])
 		return err
 	})
