@@ -108,6 +108,14 @@ type Endpoint interface {
 	Read(ctx context.Context, remote RemoteBuf, local []byte) error
 	// Write pushes local into remote (RDMA WRITE); len(local) must equal
 	// remote.Len. local must not change until Write returns.
+	//
+	// A handler's Write (or WriteBatch) into the memory of the caller whose
+	// call it is serving, made with the handler's context, may be posted
+	// ahead of the call's reply instead of acknowledged by itself, as an
+	// RDMA WRITE before a SEND on one queue pair is (fabric/tcp does this):
+	// it returns once local is sent, the bytes are in the caller's memory
+	// when the call returns there, and a failure to store them reaches the
+	// caller as the call's error rather than the handler.
 	Write(ctx context.Context, local []byte, remote RemoteBuf) error
 	// ReadBatch performs every op as a Read, in one round trip per peer.
 	ReadBatch(ctx context.Context, ops []Op) error
