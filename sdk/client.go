@@ -332,12 +332,12 @@ type ReadOp struct {
 // file's end are cut short; holes read as zeros. It returns the first
 // failure.
 func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
-	var reads []storage.BatchRead
+	reads := make([]storage.BatchRead, 0, len(ops))
 	type span struct {
 		buf      *Buffer
 		off, end int
 	}
-	var spans []span
+	spans := make([]span, 0, len(ops))
 	for _, op := range ops {
 		if op.File == nil || op.Buf == nil || op.Off < 0 || op.N < 0 {
 			return fmt.Errorf("read batch: a range needs a file, a buffer, and no negative offset or length")
@@ -358,12 +358,16 @@ func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
 	if err := c.store.ReadBatch(cctx, reads); err != nil {
 		return fmt.Errorf("read batch: %w", err)
 	}
+	var fenced *Buffer
 	for i, r := range reads {
 		if r.Err != nil {
 			return fmt.Errorf("read batch: chunk %v: %w", r.Chunk, r.Err)
 		}
 		s := spans[i]
-		s.buf.mr.Fence()
+		if s.buf != fenced { // once per buffer: every push into it is done
+			s.buf.mr.Fence()
+			fenced = s.buf
+		}
 		if r.N > s.end-s.off || storage.CRC(s.buf.B[s.off:s.off+r.N]) != r.CRC {
 			return fmt.Errorf("read batch: chunk %v: bytes received: %w", r.Chunk, storage.ErrChecksum)
 		}

@@ -229,6 +229,9 @@ func (c *conn) readWriteRequest(h header, w *work) error {
 	}
 	var one [1][]byte
 	dsts := one[:0]
+	if len(w.spans) > 1 {
+		dsts = make([][]byte, 0, len(w.spans))
+	}
 	for _, s := range w.spans {
 		dsts = append(dsts, s.B)
 	}

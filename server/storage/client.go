@@ -193,54 +193,76 @@ func (c *Client) ReadBatch(ctx context.Context, reads []BatchRead) error {
 		entries []*storagepb.ReadEntry
 		idx     []int
 	}
-	groups := map[fabric.NodeID]*group{}
+	// One allocation per kind of message for the whole batch, not three
+	// per range, and each chain's serving replicas looked up once.
+	entries := make([]storagepb.ReadEntry, len(reads))
+	chunks := make([]storagepb.ChunkID, len(reads))
+	dsts := make([]storagepb.RemoteBuf, len(reads))
+	serving := map[ChainID][]TargetID{}
+	var groups []*group
 	for i := range reads {
 		rd := &reads[i]
 		ch, ok := r.Chains[rd.Chain]
-		var serving []TargetID
-		for _, t := range ch.Targets {
-			if r.Targets[t].State == Serving {
-				serving = append(serving, t)
+		srv, seen := serving[rd.Chain]
+		if !seen {
+			for _, t := range ch.Targets {
+				if r.Targets[t].State == Serving {
+					srv = append(srv, t)
+				}
 			}
+			serving[rd.Chain] = srv
 		}
-		if !ok || len(serving) == 0 {
+		if !ok || len(srv) == 0 {
 			rd.Err = fmt.Errorf("chain %d: %w", rd.Chain, ErrUnavailable)
 			continue
 		}
-		t := serving[int(c.next.Add(1))%len(serving)]
+		t := srv[int(c.next.Add(1))%len(srv)]
 		node := r.Targets[t].Node
-		g := groups[node]
-		if g == nil {
-			g = &group{node: node}
-			groups[node] = g
+		var g *group
+		for _, h := range groups {
+			if h.node == node {
+				g = h
+				break
+			}
 		}
-		g.entries = append(g.entries, &storagepb.ReadEntry{Chain: uint32(rd.Chain), ChainVer: ch.Version, Chunk: rd.Chunk.Proto(),
-			Offset: rd.Offset, Length: rd.Dst.Len, Target: uint32(t),
-			Dst: &storagepb.RemoteBuf{Node: string(rd.Dst.Node), Key: rd.Dst.Key, Offset: rd.Dst.Offset, Len: rd.Dst.Len}})
+		if g == nil {
+			g = &group{node: node, entries: make([]*storagepb.ReadEntry, 0, len(reads)), idx: make([]int, 0, len(reads))}
+			groups = append(groups, g)
+		}
+		chunks[i].Inode, chunks[i].Index = rd.Chunk.Inode, rd.Chunk.Index
+		dsts[i].Node, dsts[i].Key, dsts[i].Offset, dsts[i].Len = string(rd.Dst.Node), rd.Dst.Key, rd.Dst.Offset, rd.Dst.Len
+		e := &entries[i]
+		e.Chain, e.ChainVer, e.Chunk, e.Offset, e.Length, e.Target, e.Dst = uint32(rd.Chain), ch.Version, &chunks[i], rd.Offset, rd.Dst.Len, uint32(t), &dsts[i]
+		g.entries = append(g.entries, e)
 		g.idx = append(g.idx, i)
 	}
-	errs := make(chan error, len(groups))
-	for _, g := range groups {
-		go func() {
-			var resp storagepb.ReadReply
-			err := c.ep.Call(ctx, g.node, MethodRead, &storagepb.ReadRequest{Entries: g.entries}, &resp)
-			if err == nil && len(resp.Results) != len(g.entries) {
-				err = fmt.Errorf("%w: %d results for %d reads", fabric.ErrProtocol, len(resp.Results), len(g.entries))
-			}
-			if err == nil {
-				for k, res := range resp.Results {
-					rd := &reads[g.idx[k]]
-					if res.Code != 0 {
-						rd.Err = fabric.RemoteError(fabric.Code(res.Code), res.Error)
-					}
-					rd.N, rd.CRC = int(res.Length), res.Crc
+	call := func(g *group) error {
+		var resp storagepb.ReadReply
+		err := c.ep.Call(ctx, g.node, MethodRead, &storagepb.ReadRequest{Entries: g.entries}, &resp)
+		if err == nil && len(resp.Results) != len(g.entries) {
+			err = fmt.Errorf("%w: %d results for %d reads", fabric.ErrProtocol, len(resp.Results), len(g.entries))
+		}
+		if err == nil {
+			for k, res := range resp.Results {
+				rd := &reads[g.idx[k]]
+				if res.Code != 0 {
+					rd.Err = fabric.RemoteError(fabric.Code(res.Code), res.Error)
 				}
+				rd.N, rd.CRC = int(res.Length), res.Crc
 			}
-			errs <- err
-		}()
+		}
+		return err
 	}
-	var first error
-	for range groups {
+	if len(groups) == 0 {
+		return nil
+	}
+	// The first node's call runs here, the others alongside it.
+	errs := make(chan error, len(groups)-1)
+	for _, g := range groups[1:] {
+		go func() { errs <- call(g) }()
+	}
+	first := call(groups[0])
+	for range groups[1:] {
 		if err := <-errs; err != nil && first == nil {
 			first = err
 		}

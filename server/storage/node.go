@@ -402,11 +402,12 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 		return b
 	}
 	reply := &storagepb.ReadReply{Results: make([]*storagepb.ReadResult, len(req.Entries))}
-	var ops []fabric.Op
-	var views []int // entries served from views
-	var dones []func() bool
+	results := make([]storagepb.ReadResult, len(req.Entries))
+	ops := make([]fabric.Op, 0, len(req.Entries))
+	views := make([]int, 0, len(req.Entries)) // entries served from views
+	dones := make([]func() bool, 0, len(req.Entries))
 	for i, e := range req.Entries {
-		res := &storagepb.ReadResult{}
+		res := &results[i]
 		reply.Results[i] = res
 		data, done, ver, crc, err := n.readEntry(ctx, e, req.FailIfDirty, copyBuf)
 		if err != nil {
