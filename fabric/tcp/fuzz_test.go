@@ -67,6 +67,7 @@ func FuzzServe(f *testing.F) {
 	f.Add([]byte{typeRead}, make([]byte, descSize))
 	f.Add([]byte{typeWrite, 0}, append(make([]byte, descSize), 1, 2))
 	f.Add([]byte{typeCallReply, 9}, []byte("x"))
+	f.Add([]byte{typeWrite, descSize, 1}, append(make([]byte, descSize), 1, 2))
 	f.Fuzz(func(t *testing.T, head []byte, body []byte) {
 		watchdog := time.AfterFunc(5*time.Second, func() {
 			buf := make([]byte, 1<<20)
@@ -106,7 +107,11 @@ func FuzzServe(f *testing.F) {
 				binary.LittleEndian.PutUint64(meta[i:], key)
 			}
 		}
-		frame := encodeFrame(header{typ: typ, id: 7}, meta, data)
+		h := header{typ: typ, id: 7}
+		if len(head) > 2 && head[2]&1 != 0 {
+			h.flags = flagPosted // a push posted ahead of a reply we are not waiting for
+		}
+		frame := encodeFrame(h, meta, data)
 		a.SetWriteDeadline(time.Now().Add(2 * time.Second))
 		a.Write(frame)
 	})

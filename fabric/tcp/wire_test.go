@@ -59,7 +59,7 @@ func rawConn(t *testing.T, srv fabric.Endpoint, secret []byte) (net.Conn, limits
 func encodeFrame(h header, meta, data []byte) []byte {
 	h.metaLen, h.dataLen = uint32(len(meta)), uint32(len(data))
 	if len(data) > 0 {
-		h.flags = flagDataCRC
+		h.flags |= flagDataCRC
 	}
 	frame := make([]byte, headerSize)
 	h.encode(frame, meta)
