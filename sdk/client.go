@@ -329,8 +329,11 @@ type ReadOp struct {
 
 // ReadBatch reads every op, grouped into one call per storage node, each
 // node pushing straight into the ops' buffers (no copy). Ranges past a
-// file's end are cut short; holes read as zeros. It returns the first
-// failure.
+// file's end are cut short; holes read as zeros. A range the batch could
+// not read (its node failed or was unreachable, routing moved on, a chunk
+// was rewritten while it was sent, the bytes arrived damaged) is read again
+// on its own through the retrying path, so a failover does not fail the
+// batch. It returns the first failure that remains.
 func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
 	reads := make([]storage.BatchRead, 0, len(ops))
 	type span struct {
@@ -349,27 +352,28 @@ func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
 		for _, pc := range op.File.pieces(op.Off, n) {
 			reads = append(reads, storage.BatchRead{Chain: op.File.chain(pc.index),
 				Chunk: storage.ChunkID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
-				Dst: op.Buf.mr.Remote(op.BufOff+pc.off, pc.n)})
+				Dst: op.Buf.mr.Remote(op.BufOff+pc.off, pc.n), N: -1}) // N stays -1 if its node never answered
 			spans = append(spans, span{op.Buf, op.BufOff + pc.off, op.BufOff + pc.off + pc.n})
 		}
 	}
 	cctx, done := c.call(ctx)
 	defer done()
-	if err := c.store.ReadBatch(cctx, reads); err != nil {
-		return fmt.Errorf("read batch: %w", err)
-	}
+	// A node's failure shows in its reads (N left at -1); the batch's own
+	// error adds nothing to them.
+	_ = c.store.ReadBatch(cctx, reads)
 	var fenced *Buffer
 	for i, r := range reads {
-		if r.Err != nil {
-			return fmt.Errorf("read batch: chunk %v: %w", r.Chunk, r.Err)
-		}
 		s := spans[i]
 		if s.buf != fenced { // once per buffer: every push into it is done
 			s.buf.mr.Fence()
 			fenced = s.buf
 		}
-		if r.N > s.end-s.off || storage.CRC(s.buf.B[s.off:s.off+r.N]) != r.CRC {
-			return fmt.Errorf("read batch: chunk %v: bytes received: %w", r.Chunk, storage.ErrChecksum)
+		if r.Err != nil || r.N < 0 || r.N > s.end-s.off || storage.CRC(s.buf.B[s.off:s.off+r.N]) != r.CRC {
+			n, _, err := c.store.ReadRegistered(cctx, r.Chain, r.Chunk, r.Offset, s.buf.mr, s.off, s.buf.B[s.off:s.end], false)
+			if err != nil {
+				return fmt.Errorf("read batch: %w", err)
+			}
+			r.N = n
 		}
 		clear(s.buf.B[s.off+r.N : s.end]) // holes read as zeros
 	}
