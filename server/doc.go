@@ -2,6 +2,7 @@
 // (cluster map and failover), meta (namespace), storage (chunk engine and
 // CRAQ chains) and raftstore (hashicorp/raft on Pebble).
 //
-// Not built yet: see the storage and control-plane issues. Nothing under
-// server imports sdk or dataset.
+// Each package's doc says what it owns. Nothing under server imports sdk
+// or dataset; cluster runs the pieces as processes (sluice dev, sluice
+// server).
 package server
