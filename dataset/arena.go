@@ -3,8 +3,10 @@ package dataset
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sort"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -22,6 +24,11 @@ import (
 type arena struct {
 	buf  *sdk.Buffer
 	base uintptr
+
+	// stall is how long an allocation waits before it logs that the
+	// budget is held (by batches not released, most likely).
+	stall time.Duration
+	log   *slog.Logger
 
 	mu      sync.Mutex
 	free    []span      // sorted by offset, coalesced
@@ -41,7 +48,7 @@ func newArena(c *sdk.Client, size int) (*arena, error) {
 		return nil, fmt.Errorf("batch memory of %d bytes: %w", size, err)
 	}
 	return &arena{buf: buf, base: uintptr(unsafe.Pointer(&buf.B[0])), free: []span{{0, size}},
-		used: map[int]int{}, changed: make(chan struct{})}, nil
+		used: map[int]int{}, changed: make(chan struct{}), stall: 10 * time.Second, log: slog.Default()}, nil
 }
 
 func (a *arena) size() int { return len(a.buf.B) }
@@ -51,6 +58,12 @@ func (a *arena) alloc(ctx context.Context, n int) (int, error) {
 	n = max(align, (n+align-1)&^(align-1))
 	if n > a.size() {
 		return 0, fmt.Errorf("a batch buffer of %d bytes exceeds the loader's memory budget of %d bytes", n, a.size())
+	}
+	var warn <-chan time.Time
+	if a.stall > 0 {
+		t := time.NewTimer(a.stall)
+		defer t.Stop()
+		warn = t.C
 	}
 	for {
 		a.mu.Lock()
@@ -74,6 +87,12 @@ func (a *arena) alloc(ctx context.Context, n int) (int, error) {
 		a.mu.Unlock()
 		select {
 		case <-wait:
+		case <-warn:
+			a.mu.Lock()
+			held := len(a.used)
+			a.mu.Unlock()
+			a.log.Warn("dataset loader: waiting for batch memory; release batches when done with them (Batch.Release) or raise the prefetch budget",
+				"waited", a.stall, "need_bytes", n, "budget_bytes", a.size(), "pieces_held", held)
 		case <-ctx.Done():
 			return 0, fmt.Errorf("waiting for batch memory: %w", ctx.Err())
 		}

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,9 +69,13 @@ func genSample(seed uint64, i int64, maxLen int) (data []byte, label int64, name
 	return data, i % 10, fmt.Sprintf("sample-%d", i), float32(i) / 4
 }
 
-// makeDataset writes n generated samples as dataset name.
+var datasetSeq atomic.Int64
+
+// makeDataset writes n generated samples as a new dataset named after name
+// (with a number, so tests may run more than once on the shared cluster).
 func makeDataset(t testing.TB, name string, n int64, maxLen int, shardBytes int64) *Dataset {
 	t.Helper()
+	name = fmt.Sprintf("%s-%d", name, datasetSeq.Add(1))
 	cl := client(t)
 	ctx := context.Background()
 	w, err := Create(ctx, cl, name, testColumns, WriterOptions{ShardBytes: shardBytes})

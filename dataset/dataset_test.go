@@ -87,7 +87,7 @@ func TestVerifyFindsCorruption(t *testing.T) {
 	if n == 0 {
 		t.Fatal("sample 100 is empty; pick another")
 	}
-	f, err := cl.OpenFile(ctx, Dir("corrupt")+"/"+d.m.Shards[d.ix.shardOf(100)].File, true)
+	f, err := cl.OpenFile(ctx, Dir(d.m.Name)+"/"+d.m.Shards[d.ix.shardOf(100)].File, true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,8 +133,8 @@ func TestCreateRejectsBadInput(t *testing.T) {
 	if _, err := Open(ctx, cl, "bad-values"); !errors.Is(err, sdk.ErrNotExist) {
 		t.Fatalf("an aborted dataset opens: %v", err)
 	}
-	makeDataset(t, "twice", 3, 10, 0)
-	if _, err := Create(ctx, cl, "twice", testColumns, WriterOptions{}); !errors.Is(err, sdk.ErrExist) {
+	twice := makeDataset(t, "twice", 3, 10, 0)
+	if _, err := Create(ctx, cl, twice.m.Name, testColumns, WriterOptions{}); !errors.Is(err, sdk.ErrExist) {
 		t.Fatalf("create over an existing dataset: %v", err)
 	}
 }

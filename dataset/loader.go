@@ -26,8 +26,12 @@ type LoaderConfig struct {
 	// IndexColumn, when set, adds an int64 column of that name holding
 	// each row's sample index.
 	IndexColumn string
-	Readers     int   // batches read in parallel (default 4)
-	Prefetch    int64 // memory budget in bytes for batches in flight or held (default 256 MiB)
+	Readers     int // batches read in parallel (default 4)
+	// Prefetch is the memory budget in bytes for batches in flight or held
+	// (default 256 MiB, and at least three of the largest batches). A caller
+	// that holds batches past it stalls the read-ahead, which logs a warning
+	// every 10 s of waiting.
+	Prefetch int64
 }
 
 // State is where a loader is: enough to continue exactly, with the same or

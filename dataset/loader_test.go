@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 )
@@ -264,3 +267,70 @@ func TestBatchMemoryIsNotReusedWhileHeld(t *testing.T) {
 		t.Fatalf("%d arena pieces still out after every batch was released", n)
 	}
 }
+
+// TestLoaderSaysWhenBatchesAreHeld holds every batch it gets: once the
+// budget is gone the read-ahead waits, and says why in the log instead of
+// hanging silently; releasing the batches lets the epoch finish.
+func TestLoaderSaysWhenBatchesAreHeld(t *testing.T) {
+	d := makeDataset(t, "hoard", 400, 600, 0)
+	l := newLoader(t, d, LoaderConfig{BatchSize: 8, Prefetch: 1, Readers: 1})
+	var logged strings.Builder
+	var mu sync.Mutex
+	l.a.stall = 50 * time.Millisecond
+	l.a.log = slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	said := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Contains(logged.String(), "release batches")
+	}
+	got := make(chan *Batch)
+	go func() {
+		defer close(got)
+		for {
+			b, err := l.Next(context.Background())
+			if err != nil {
+				if !errors.Is(err, io.EOF) {
+					t.Error(err)
+				}
+				return
+			}
+			got <- b
+		}
+	}()
+	var held []*Batch
+	deadline := time.After(10 * time.Second)
+	for !said() {
+		select {
+		case b, ok := <-got:
+			if !ok {
+				t.Fatal("the epoch ended with every batch held: the budget bounds nothing")
+			}
+			held = append(held, b)
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the loader waited for memory without saying so")
+		}
+	}
+	n := len(held)
+	if n >= 50 {
+		t.Fatalf("%d of 50 batches delivered while held", n)
+	}
+	for _, b := range held {
+		b.Release()
+	}
+	for b := range got {
+		n++
+		b.Release()
+	}
+	if n != 50 {
+		t.Fatalf("%d batches in the epoch, want 50", n)
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
