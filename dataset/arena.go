@@ -24,6 +24,7 @@ import (
 type arena struct {
 	buf  *sdk.Buffer
 	base uintptr
+	n    int // bytes, fixed at creation
 
 	// stall is how long an allocation waits before it logs that the
 	// budget is held (by batches not released, most likely).
@@ -33,6 +34,7 @@ type arena struct {
 	mu      sync.Mutex
 	free    []span      // sorted by offset, coalesced
 	used    map[int]int // offset -> size of pieces handed out
+	lost    int         // pieces quarantined (see quarantine)
 	changed chan struct{}
 	closed  bool
 }
@@ -47,21 +49,27 @@ func newArena(c *sdk.Client, size int) (*arena, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batch memory of %d bytes: %w", size, err)
 	}
-	return &arena{buf: buf, base: uintptr(unsafe.Pointer(&buf.B[0])), free: []span{{0, size}},
+	return &arena{buf: buf, base: uintptr(unsafe.Pointer(&buf.B[0])), n: size, free: []span{{0, size}},
 		used: map[int]int{}, changed: make(chan struct{}), stall: 10 * time.Second, log: slog.Default()}, nil
 }
 
-func (a *arena) size() int { return len(a.buf.B) }
+func (a *arena) size() int { return a.n }
 
 // alloc reserves n bytes (64-byte aligned), waiting for space until ctx ends.
 func (a *arena) alloc(ctx context.Context, n int) (int, error) {
 	n = max(align, (n+align-1)&^(align-1))
+	a.mu.Lock()
+	closed := a.closed
+	a.mu.Unlock()
+	if closed {
+		return 0, fmt.Errorf("loader closed")
+	}
 	if n > a.size() {
 		return 0, fmt.Errorf("a batch buffer of %d bytes exceeds the loader's memory budget of %d bytes", n, a.size())
 	}
 	var warn <-chan time.Time
 	if a.stall > 0 {
-		t := time.NewTimer(a.stall)
+		t := time.NewTicker(a.stall)
 		defer t.Stop()
 		warn = t.C
 	}
@@ -131,7 +139,22 @@ func (a *arena) release(off int) {
 	}
 	close(a.changed)
 	a.changed = make(chan struct{})
-	done := a.closed && len(a.used) == 0
+	done := a.closed && len(a.used) == a.lost
+	a.mu.Unlock()
+	if done {
+		a.buf.Release()
+	}
+}
+
+// quarantine keeps a piece out of use until the arena closes: a read into
+// it failed, and the storage node may still be writing to it. Closing
+// deregisters the memory first, which revokes any write still to come.
+func (a *arena) quarantine(off int) {
+	a.mu.Lock()
+	if _, ok := a.used[off]; ok {
+		a.lost++
+	}
+	done := a.closed && len(a.used) == a.lost
 	a.mu.Unlock()
 	if done {
 		a.buf.Release()
@@ -149,7 +172,7 @@ func (a *arena) close() {
 	a.closed = true
 	close(a.changed)
 	a.changed = make(chan struct{})
-	done := len(a.used) == 0
+	done := len(a.used) == a.lost
 	a.mu.Unlock()
 	if done {
 		a.buf.Release()

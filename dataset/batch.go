@@ -192,14 +192,22 @@ func (j *job) record() arrow.RecordBatch {
 	return rec
 }
 
-// discard gives back a job's buffers without making a batch.
-func (j *job) discard() {
+// discard gives back a job's buffers without making a batch. Only for a
+// job whose reads were never sent or all came back; after a failed read use
+// quarantine.
+func (j *job) discard() { j.each(j.a.release) }
+
+// quarantine drops a job whose read failed: a storage node may still be
+// pushing into its buffers, so they stay out of use until the arena closes.
+func (j *job) quarantine() { j.each(j.a.quarantine) }
+
+func (j *job) each(fn func(off int)) {
 	for _, cb := range j.cols {
 		if cb.offsets >= 0 {
-			j.a.release(cb.offsets)
+			fn(cb.offsets)
 		}
 		if cb.values >= 0 {
-			j.a.release(cb.values)
+			fn(cb.values)
 		}
 	}
 	j.cols = nil

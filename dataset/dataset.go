@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"io"
 	"path"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -21,6 +22,10 @@ type Dataset struct {
 	m      *Manifest
 	ix     *index
 	shards []*sdk.File
+
+	mu      sync.Mutex
+	loaders int // open loaders, which read the shards
+	closed  bool
 }
 
 // Open opens dataset name.
@@ -73,13 +78,38 @@ func readAll(ctx context.Context, c *sdk.Client, p string) ([]byte, error) {
 	return b, nil
 }
 
-// Close closes the shard files. Batches already made stay valid.
+// Close closes the shard files. Batches already made stay valid; loaders
+// must be closed first.
 func (d *Dataset) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	if d.loaders > 0 {
+		return fmt.Errorf("close dataset %s: %d loaders still open; close them first", d.m.Name, d.loaders)
+	}
+	d.closed = true
 	for _, f := range d.shards {
 		f.Close()
 	}
-	d.shards = nil
 	return nil
+}
+
+func (d *Dataset) loaderOpened() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("dataset %s is closed", d.m.Name)
+	}
+	d.loaders++
+	return nil
+}
+
+func (d *Dataset) loaderClosed() {
+	d.mu.Lock()
+	d.loaders--
+	d.mu.Unlock()
 }
 
 // Manifest describes the dataset.
@@ -111,6 +141,10 @@ func (d *Dataset) Take(ctx context.Context, indices []int64, columns ...string) 
 	if err != nil {
 		return nil, err
 	}
+	if err := d.loaderOpened(); err != nil { // Take reads the shards too
+		return nil, err
+	}
+	defer d.loaderClosed()
 	for _, i := range indices {
 		if i < 0 || i >= d.m.Samples {
 			return nil, fmt.Errorf("dataset %s: sample %d out of range [0, %d)", d.m.Name, i, d.m.Samples)
@@ -130,7 +164,7 @@ func (d *Dataset) Take(ctx context.Context, indices []int64, columns ...string) 
 		return nil, err
 	}
 	if err := j.read(ctx); err != nil {
-		j.discard()
+		j.quarantine() // the arena's close revokes any late push
 		return nil, err
 	}
 	return j.record(), nil

@@ -129,8 +129,37 @@ func TestCreateRejectsBadInput(t *testing.T) {
 			t.Fatalf("Add(%v) accepted", vals)
 		}
 	}
-	w.Abort()
-	if _, err := Open(ctx, cl, "bad-values"); !errors.Is(err, sdk.ErrNotExist) {
+	// The refused samples left nothing behind: a good one still goes in.
+	data, label, name, score := genSample(7, 0, 10)
+	if err := w.Add(data, label, name, score); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open(ctx, cl, "bad-values")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := d.Take(ctx, []int64{0})
+	if err != nil || d.Len() != 1 {
+		t.Fatalf("after refused samples: %d samples, %v", d.Len(), err)
+	}
+	checkRows(t, rec, []int64{0}, 10)
+	rec.Release()
+	d.Close()
+	if _, err := d.Take(ctx, []int64{0}); err == nil {
+		t.Fatal("take from a closed dataset succeeded")
+	}
+	aborted, err := Create(ctx, cl, "aborted", testColumns, WriterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := aborted.Add(data, label, name, score); err != nil {
+		t.Fatal(err)
+	}
+	aborted.Abort()
+	if _, err := Open(ctx, cl, "aborted"); !errors.Is(err, sdk.ErrNotExist) {
 		t.Fatalf("an aborted dataset opens: %v", err)
 	}
 	twice := makeDataset(t, "twice", 3, 10, 0)

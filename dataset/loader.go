@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 )
@@ -71,9 +73,10 @@ type Loader struct {
 	schema *arrow.Schema
 	a      *arena
 
-	mu    sync.Mutex
-	state State // after the last batch delivered
-	run   *run
+	mu        sync.Mutex
+	state     State // after the last batch delivered
+	run       *run
+	closeOnce sync.Once
 }
 
 // run is the read-ahead of one epoch from one starting state.
@@ -112,6 +115,15 @@ func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := d.loaderOpened(); err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened {
+			d.loaderClosed()
+		}
+	}()
 	schema, err := d.m.Schema(cfg.Columns...)
 	if err != nil {
 		return nil, err
@@ -131,30 +143,32 @@ func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
 	if err != nil {
 		return nil, err
 	}
+	opened = true
 	l := &Loader{d: d, cfg: cfg, cols: cols, schema: schema, a: a}
 	l.state = State{Version: 1, Dataset: d.m.Hash, Seed: cfg.Seed, Shuffle: cfg.Shuffle, Epoch: cfg.Epoch,
 		WorldSize: cfg.WorldSize, BatchSize: cfg.BatchSize}
 	return l, nil
 }
 
-// maxBatchBytes bounds one batch's arena space.
+// maxBatchBytes bounds one batch's arena space: the BatchSize largest
+// samples (projected columns) plus every buffer's offsets and alignment.
 func (d *Dataset) maxBatchBytes(cols []int, cfg LoaderConfig) int64 {
-	var largest int64
-	for i := int64(0); i < d.m.Samples; i++ {
-		var n int64
+	sizes := make([]int64, d.m.Samples)
+	for i := range sizes {
 		for v, c := range d.ix.vars {
-			for _, p := range cols {
-				if p == c {
-					_, l := d.ix.varRange(i, v)
-					n += int64(l)
-				}
+			if slices.Contains(cols, c) {
+				_, l := d.ix.varRange(int64(i), v)
+				sizes[i] += int64(l)
 			}
 		}
-		largest = max(largest, n)
 	}
+	slices.Sort(sizes)
 	b := int64(cfg.BatchSize)
-	total := b*largest + int64(len(cols)+1)*(b*8+4*align)
-	return total
+	var total int64
+	for k := int64(0); k < b && k < int64(len(sizes)); k++ {
+		total += sizes[int64(len(sizes))-1-k]
+	}
+	return total + int64(len(cols)+1)*(b*8+4*align)
 }
 
 // Schema is the schema of the batches.
@@ -309,8 +323,13 @@ func (l *Loader) start(s State) *run {
 			}
 			b := &Batch{Epoch: s.Epoch, Step: step, Partial: partial, Bytes: j.bytes, state: after}
 			jobs <- func() {
-				if err := j.read(ctx); err != nil {
-					j.discard()
+				// A read runs to its end even when the run stops: cancelling
+				// it would leave storage free to push into memory we reuse.
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+				err := j.read(rctx)
+				cancel()
+				if err != nil {
+					j.quarantine()
 					slot <- result{err: err}
 					return
 				}
@@ -321,6 +340,9 @@ func (l *Loader) start(s State) *run {
 	}()
 	return r
 }
+
+// readTimeout bounds one batch's reads.
+const readTimeout = time.Minute
 
 func (r *run) fail(ctx context.Context, err error) {
 	slot := make(chan result, 1)
@@ -357,7 +379,10 @@ func drop(slot chan result) {
 // Close stops the loader. Batches already delivered stay valid until
 // released; the memory goes when the last one is.
 func (l *Loader) Close() error {
-	l.stop()
-	l.a.close()
+	l.closeOnce.Do(func() {
+		l.stop()
+		l.a.close()
+		l.d.loaderClosed()
+	})
 	return nil
 }

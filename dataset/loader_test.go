@@ -221,6 +221,16 @@ func TestLoaderRejectsBadInput(t *testing.T) {
 	if err := l.Resume(s); err == nil {
 		t.Fatal("resumed past the end")
 	}
+	if err := d.Close(); err == nil {
+		t.Fatal("closed a dataset under an open loader")
+	}
+	l.Close()
+	if err := d.Close(); err != nil {
+		t.Fatalf("close after its loader: %v", err)
+	}
+	if _, err := d.Loader(LoaderConfig{BatchSize: 1}); err == nil {
+		t.Fatal("a loader on a closed dataset")
+	}
 }
 
 // TestBatchMemoryIsNotReusedWhileHeld keeps some batches while the loader

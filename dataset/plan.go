@@ -57,13 +57,12 @@ func (p plan) span(s int64) (lo, hi int64, partial bool) {
 	return lo, hi, true
 }
 
-// consumed is the epoch's position count after k steps of every rank.
+// consumed is the epoch's position count after k steps of every rank; a
+// finished epoch counts as all of it, so resuming it (even on another
+// world size) delivers nothing more.
 func (p plan) consumed(k int64) int64 {
 	if k >= p.steps() {
-		if p.dropLast {
-			return p.start + p.full*int64(p.world)*int64(p.batch)
-		}
-		return p.n
+		return p.n // a finished epoch is done, whatever DropLast left out
 	}
 	return p.start + k*int64(p.world)*int64(p.batch)
 }

@@ -39,7 +39,10 @@ func TestPlanDealsEveryPositionOnce(t *testing.T) {
 		for _, world := range []int{1, 2, 3, 8} {
 			for _, batch := range []int{1, 4, 32} {
 				for _, dropLast := range []bool{false, true} {
-					_, seen := deal(t, n, 0, world, batch, dropLast)
+					steps, seen := deal(t, n, 0, world, batch, dropLast)
+					if p, _ := newPlan(n, 0, world, 0, batch, dropLast); p.consumed(steps) != n {
+						t.Fatalf("n=%d: a finished epoch counts %d consumed", n, p.consumed(steps))
+					}
 					want := n
 					if dropLast {
 						want = n / int64(world*batch) * int64(world*batch)

@@ -85,29 +85,36 @@ func (w *Writer) Add(values ...any) error {
 			return err
 		}
 	}
+	// Check and encode every value before anything is appended, so a bad
+	// sample leaves the writer as it was.
+	enc := make([][]byte, len(values))
 	crc := uint32(0)
-	start := w.off + int64(len(w.pending))
 	var fixed [8]byte
 	for i, c := range w.m.Columns {
+		var b []byte
+		var err error
 		if c.Type.Width() == 0 {
-			b, err := varValue(c, values[i])
-			if err != nil {
-				return fmt.Errorf("dataset %s: sample %d: %w", w.m.Name, w.m.Samples, err)
+			if b, err = varValue(c, values[i]); err == nil && len(b) > math.MaxUint32 {
+				err = fmt.Errorf("column %s value of %d bytes is too large", c.Name, len(b))
 			}
-			if len(b) > math.MaxUint32 {
-				return fmt.Errorf("dataset %s: sample %d: column %s value of %d bytes is too large", w.m.Name, w.m.Samples, c.Name, len(b))
-			}
-			w.pending = append(w.pending, b...)
-			w.ix.length = append(w.ix.length, uint32(len(b)))
-			crc = crc32.Update(crc, castagnoli, b)
-			continue
+		} else {
+			b, err = fixedValue(c, values[i], fixed[:0])
+			b = append([]byte(nil), b...)
 		}
-		b, err := fixedValue(c, values[i], fixed[:0])
 		if err != nil {
 			return fmt.Errorf("dataset %s: sample %d: %w", w.m.Name, w.m.Samples, err)
 		}
-		w.ix.values[i] = append(w.ix.values[i], b...)
+		enc[i] = b
 		crc = crc32.Update(crc, castagnoli, b)
+	}
+	start := w.off + int64(len(w.pending))
+	for i, c := range w.m.Columns {
+		if c.Type.Width() == 0 {
+			w.pending = append(w.pending, enc[i]...)
+			w.ix.length = append(w.ix.length, uint32(len(enc[i])))
+		} else {
+			w.ix.values[i] = append(w.ix.values[i], enc[i]...)
+		}
 	}
 	w.ix.start = append(w.ix.start, uint64(start))
 	w.ix.crc = append(w.ix.crc, crc)

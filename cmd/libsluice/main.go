@@ -124,12 +124,17 @@ func sluice_close(h C.uint64_t) C.int {
 	return call(func() error {
 		handles.Lock()
 		v, ok := handles.m[uint64(h)]
-		delete(handles.m, uint64(h))
 		handles.Unlock()
 		if !ok {
 			return fmt.Errorf("close handle %d: not open", uint64(h))
 		}
-		return v.(io.Closer).Close()
+		if err := v.(io.Closer).Close(); err != nil {
+			return err // still open (a dataset with loaders, say)
+		}
+		handles.Lock()
+		delete(handles.m, uint64(h))
+		handles.Unlock()
+		return nil
 	})
 }
 
