@@ -45,19 +45,30 @@ func (d *Dataset) batchSize(samples []int64, cols []int, indexCol bool) int {
 	for _, c := range cols {
 		if w := d.m.Columns[c].Type.Width(); w > 0 {
 			total += n*w + align
-			continue
+		} else {
+			total += (n+1)*4 + 2*align
 		}
-		v := slices.Index(d.ix.vars, c)
-		for _, s := range samples {
-			_, l := d.ix.varRange(s, v)
-			total += int(l)
-		}
-		total += (n+1)*4 + 2*align
+	}
+	for _, s := range samples {
+		total += int(d.varBytes(s, cols))
 	}
 	if indexCol {
 		total += n*8 + align
 	}
 	return total
+}
+
+// varBytes is the size of sample s's values in the variable-length
+// columns among cols.
+func (d *Dataset) varBytes(s int64, cols []int) int64 {
+	var n int64
+	for v, c := range d.ix.vars {
+		if slices.Contains(cols, c) {
+			_, l := d.ix.varRange(s, v)
+			n += int64(l)
+		}
+	}
+	return n
 }
 
 // prepare reserves a batch's buffers (waiting for budget), gathers what
@@ -92,15 +103,24 @@ func (d *Dataset) prepare(ctx context.Context, a *arena, schema *arrow.Schema, s
 			}
 			continue
 		}
+		// One pass over the index: where each value is and where it goes
+		// in the batch's values buffer (filled in once that is reserved).
 		v := slices.Index(d.ix.vars, c)
+		first := len(reads)
+		pos := make([]uint32, n+1)
 		var total int64
-		for _, s := range samples {
-			_, l := d.ix.varRange(s, v)
+		for i, s := range samples {
+			so, l := d.ix.varRange(s, v)
+			pos[i] = uint32(total) // checked against 2 GiB below
+			if l > 0 {
+				reads = append(reads, ref{d.ix.shardOf(s), int64(so), int(l), int(total)})
+			}
 			total += int64(l)
 		}
 		if total > math.MaxInt32 {
 			return fail(fmt.Errorf("column %s: a batch of %d bytes exceeds Arrow's 2 GiB binary limit; use smaller batches", col.Name, total))
 		}
+		pos[n] = uint32(total)
 		off, err := a.alloc(ctx, (n+1)*4)
 		if err != nil {
 			return fail(err)
@@ -114,17 +134,13 @@ func (d *Dataset) prepare(ctx context.Context, a *arena, schema *arrow.Schema, s
 		cb.values, cb.valuesLen = vals, int(total)
 		j.cols[len(j.cols)-1] = cb
 		offs := a.buf.B[off : off+(n+1)*4]
-		pos := 0
-		for i, s := range samples {
-			binary.LittleEndian.PutUint32(offs[i*4:], uint32(pos))
-			so, l := d.ix.varRange(s, v)
-			if l > 0 {
-				reads = append(reads, ref{d.ix.shardOf(s), int64(so), int(l), vals + pos})
-			}
-			pos += int(l)
-			j.bytes += int64(l)
+		for i, p := range pos {
+			binary.LittleEndian.PutUint32(offs[i*4:], p)
 		}
-		binary.LittleEndian.PutUint32(offs[n*4:], uint32(pos))
+		for k := first; k < len(reads); k++ {
+			reads[k].dst += vals
+		}
+		j.bytes += total
 	}
 	if indexCol {
 		off, err := a.alloc(ctx, n*8)

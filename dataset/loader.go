@@ -1,6 +1,7 @@
 package dataset
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -150,25 +151,16 @@ func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
 	return l, nil
 }
 
-// maxBatchBytes bounds one batch's arena space: the BatchSize largest
-// samples (projected columns) plus every buffer's offsets and alignment.
+// maxBatchBytes bounds one batch's arena space: the size of a batch of the
+// BatchSize largest samples.
 func (d *Dataset) maxBatchBytes(cols []int, cfg LoaderConfig) int64 {
-	sizes := make([]int64, d.m.Samples)
-	for i := range sizes {
-		for v, c := range d.ix.vars {
-			if slices.Contains(cols, c) {
-				_, l := d.ix.varRange(int64(i), v)
-				sizes[i] += int64(l)
-			}
-		}
+	idx := make([]int64, d.m.Samples)
+	size := make([]int64, d.m.Samples)
+	for i := range idx {
+		idx[i], size[i] = int64(i), d.varBytes(int64(i), cols)
 	}
-	slices.Sort(sizes)
-	b := int64(cfg.BatchSize)
-	var total int64
-	for k := int64(0); k < b && k < int64(len(sizes)); k++ {
-		total += sizes[int64(len(sizes))-1-k]
-	}
-	return total + int64(len(cols)+1)*(b*8+4*align)
+	slices.SortFunc(idx, func(x, y int64) int { return cmp.Compare(size[y], size[x]) })
+	return int64(d.batchSize(idx[:min(len(idx), cfg.BatchSize)], cols, cfg.IndexColumn != ""))
 }
 
 // Schema is the schema of the batches.
