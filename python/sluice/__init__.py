@@ -34,18 +34,18 @@ def version():
     return _lib.lib().sluice_version().decode()
 
 
-class Client:
-    """A connection to a cluster. Prefer ``sluice.connect``."""
+class _Handle:
+    """An object of libsluice's, closed once, and only by the process that
+    made it (a forked child must not call into the library)."""
 
-    def __init__(self, cluster=None, token=None):
-        self.cluster = cluster or os.environ.get("SLUICE_CLUSTER", "")
-        self.token = token or os.environ.get("SLUICE_TOKEN", "")
-        self._h = _lib.handle_out("sluice_connect", self.cluster.encode(), self.token.encode())
-        self._pid = os.getpid()
+    _h = None
+
+    def _own(self, h):
+        self._h, self._pid = h, os.getpid()
 
     def handle(self):
         if self._h is None:
-            raise SluiceError("client is closed")
+            raise SluiceError("%s is closed" % type(self).__name__)
         return self._h
 
     def close(self):
@@ -58,6 +58,15 @@ class Client:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Client(_Handle):
+    """A connection to a cluster. Prefer ``sluice.connect``."""
+
+    def __init__(self, cluster=None, token=None):
+        self.cluster = cluster or os.environ.get("SLUICE_CLUSTER", "")
+        self.token = token or os.environ.get("SLUICE_TOKEN", "")
+        self._own(_lib.handle_out("sluice_connect", self.cluster.encode(), self.token.encode()))
 
     def dataset(self, name):
         return Dataset(name, client=self)
@@ -94,53 +103,42 @@ def _client():
         return _default
 
 
-class File:
-    """A file in Sluice, read and written at offsets."""
+class File(_Handle):
+    """A file in Sluice, read and written at offsets. ``close`` publishes a
+    written file's length."""
 
     def __init__(self, client, path, write):
         self.path = path
         self._client = client
-        self._h = _lib.handle_out("sluice_file_open", ctypes.c_uint64(client.handle()), path.encode(), int(write))
+        self._own(_lib.handle_out("sluice_file_open", ctypes.c_uint64(client.handle()), path.encode(), int(write)))
 
     def pread(self, n, offset):
         """Up to n bytes at offset (fewer only at the end of the file)."""
         buf = ctypes.create_string_buffer(n)
         got = ctypes.c_int64()
-        _lib.call("sluice_file_pread", ctypes.c_uint64(self._h), buf, n, offset, ctypes.byref(got))
+        _lib.call("sluice_file_pread", ctypes.c_uint64(self.handle()), buf, n, offset, ctypes.byref(got))
         return buf.raw[: got.value]
 
     def pwrite(self, data, offset):
         data = bytes(data)
-        _lib.call("sluice_file_pwrite", ctypes.c_uint64(self._h), data, len(data), offset)
+        _lib.call("sluice_file_pwrite", ctypes.c_uint64(self.handle()), data, len(data), offset)
         return len(data)
 
     def size(self):
-        return _lib.int_out("sluice_file_size", ctypes.c_uint64(self._h))
-
-    def close(self):
-        """Closes the file; a written file's length is published here."""
-        if self._h is not None:
-            _lib.close(self._h)
-            self._h = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+        return _lib.int_out("sluice_file_size", ctypes.c_uint64(self.handle()))
 
 
-class Dataset:
+class Dataset(_Handle):
     """A dataset in Sluice: ``len``, ``schema``, ``take`` and ``loader``."""
 
     def __init__(self, name, client=None):
         self.name = name
         self._client = client or _client()
-        self._h = _lib.handle_out("sluice_dataset_open", ctypes.c_uint64(self._client.handle()), name.encode())
-        self.manifest = _lib.json_out("sluice_dataset_manifest", ctypes.c_uint64(self._h))
+        self._own(_lib.handle_out("sluice_dataset_open", ctypes.c_uint64(self._client.handle()), name.encode()))
+        self.manifest = _lib.json_out("sluice_dataset_manifest", ctypes.c_uint64(self.handle()))
 
     def __len__(self):
-        return _lib.int_out("sluice_dataset_len", ctypes.c_uint64(self._h))
+        return _lib.int_out("sluice_dataset_len", ctypes.c_uint64(self.handle()))
 
     @property
     def schema(self):
@@ -153,7 +151,7 @@ class Dataset:
         sch = ctypes.create_string_buffer(_ARROW_SCHEMA)
         cols = json.dumps(list(columns)).encode() if columns else b""
         _lib.call(
-            "sluice_dataset_take", ctypes.c_uint64(self._h), idx, len(indices), cols,
+            "sluice_dataset_take", ctypes.c_uint64(self.handle()), idx, len(indices), cols,
             ctypes.addressof(arr), ctypes.addressof(sch),
         )
         return pa.RecordBatch._import_from_c(ctypes.addressof(arr), ctypes.addressof(sch))
@@ -162,13 +160,8 @@ class Dataset:
         return Loader(self, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
                       world_size=world_size, columns=columns, **kw)
 
-    def close(self):
-        if self._h is not None:
-            _lib.close(self._h)
-            self._h = None
 
-
-class Loader:
+class Loader(_Handle):
     """Batches of one rank, as pyarrow.RecordBatch, one epoch per iteration.
 
     Iterating yields the rest of the current epoch; ``set_epoch(e)`` starts
@@ -182,11 +175,11 @@ class Loader:
         options = {k: v for k, v in options.items() if v is not None}
         self.dataset = dataset
         self.options = options
-        self._h = _lib.handle_out("sluice_loader_new", ctypes.c_uint64(dataset._h), json.dumps(options).encode())
+        self._own(_lib.handle_out("sluice_loader_new", ctypes.c_uint64(dataset.handle()), json.dumps(options).encode()))
 
     def _reader(self):
         stream = ctypes.create_string_buffer(_ARROW_STREAM)
-        _lib.call("sluice_loader_stream", ctypes.c_uint64(self._h), ctypes.addressof(stream))
+        _lib.call("sluice_loader_stream", ctypes.c_uint64(self.handle()), ctypes.addressof(stream))
         return pa.RecordBatchReader._import_from_c(ctypes.addressof(stream))
 
     def __iter__(self):
@@ -205,26 +198,20 @@ class Loader:
 
     def __len__(self):
         """Steps this rank takes in a whole epoch."""
-        return _lib.int_out("sluice_loader_steps", ctypes.c_uint64(self._h))
+        return _lib.int_out("sluice_loader_steps", ctypes.c_uint64(self.handle()))
 
     def set_epoch(self, epoch):
-        _lib.call("sluice_loader_set_epoch", ctypes.c_uint64(self._h), int(epoch))
+        _lib.call("sluice_loader_set_epoch", ctypes.c_uint64(self.handle()), int(epoch))
 
     def state_dict(self):
         """The state after the last batch delivered: a small dict of integers."""
-        return _lib.json_out("sluice_loader_state", ctypes.c_uint64(self._h))
+        return _lib.json_out("sluice_loader_state", ctypes.c_uint64(self.handle()))
 
     def load_state_dict(self, state):
-        _lib.call("sluice_loader_resume", ctypes.c_uint64(self._h), json.dumps(state).encode())
-
-    def close(self):
-        if self._h is not None:
-            _lib.close(self._h)
-            self._h = None
+        _lib.call("sluice_loader_resume", ctypes.c_uint64(self.handle()), json.dumps(state).encode())
 
     def __del__(self):
         try:
-            if self._h is not None and _lib._loaded_in_pid == os.getpid():
-                self.close()
+            self.close()
         except Exception:
             pass
