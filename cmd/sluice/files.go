@@ -25,9 +25,7 @@ func (f *connFlags) add(cmd *cobra.Command) {
 }
 
 func (f *connFlags) connect(ctx context.Context) (*sdk.Client, error) {
-	// Generous: the first cluster map once took over 15 s under a loaded CI
-	// machine (TestSeparateProcesses, right after a storage node resynced).
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	return sdk.Connect(ctx, sdk.Config{Cluster: f.cluster, Token: f.token})
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -138,16 +139,35 @@ func WatchRouting(ctx context.Context, client mgmtdpb.MgmtdClient, log *slog.Log
 	}
 }
 
+// firstMapWait bounds how long a new watch stream may go without its first
+// map before it is replaced.
+var firstMapWait = 5 * time.Second
+
 func (w *WatchedRouting) run(ctx context.Context) {
 	defer close(w.done)
 	for ctx.Err() == nil {
-		stream, err := w.client.WatchClusterMap(ctx, &mgmtdpb.Empty{})
+		// The server sends the current map as soon as a stream opens; a
+		// stream that brings nothing within firstMapWait is abandoned and
+		// opened again (seen under load: a first message that never came,
+		// which left Connect waiting forever).
+		sctx, scancel := context.WithCancel(ctx)
+		var first atomic.Bool
+		timer := time.AfterFunc(firstMapWait, func() {
+			if !first.Load() {
+				w.log.Warn("no cluster map on the watch stream; opening another", "waited", firstMapWait)
+				scancel()
+			}
+		})
+		stream, err := w.client.WatchClusterMap(sctx, &mgmtdpb.Empty{})
 		for err == nil {
 			var m *mgmtdpb.ClusterMap
 			if m, err = stream.Recv(); err == nil {
+				first.Store(true)
 				w.set(Routing(m))
 			}
 		}
+		timer.Stop()
+		scancel()
 		if c := status.Code(err); c == codes.Unauthenticated || c == codes.PermissionDenied {
 			w.mu.Lock()
 			w.err = err
