@@ -16,7 +16,8 @@ import (
 )
 
 // BenchmarkLoader: shuffled batches from a dataset in an embedded cluster
-// (3 targets, 3 replicas, TCP fabric, default 1 MiB chunks) against pread
+// (3 targets, 3 replicas, default 1 MiB chunks), read by a loader in the
+// cluster's process (fabric=local) and by one reaching it over TCP, against pread
 // of the same samples in the same shuffled order from local copies of the
 // shard files in the page cache, with the same parallelism (Readers
 // goroutines), alternating. x_pread is loader throughput ÷ pread's.
@@ -25,11 +26,13 @@ func BenchmarkLoader(b *testing.B) {
 		name           string
 		size, n, batch int
 	}{{"size=4KiB", 4 << 10, 16384, 256}, {"size=1MiB", 1 << 20, 192, 16}} {
-		b.Run(c.name, func(b *testing.B) { benchLoader(b, c.size, c.n, c.batch) })
+		for _, fab := range []string{"local", "tcp"} {
+			b.Run(c.name+"/fabric="+fab, func(b *testing.B) { benchLoader(b, fab, c.size, c.n, c.batch) })
+		}
 	}
 }
 
-func benchLoader(b *testing.B, size, n, batch int) {
+func benchLoader(b *testing.B, fab string, size, n, batch int) {
 	const readers = 4
 	ctx := context.Background()
 	c, err := cluster.Start(ctx, cluster.Config{Dir: b.TempDir(), Targets: 3})
@@ -37,7 +40,11 @@ func benchLoader(b *testing.B, size, n, batch int) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token})
+	cfg := sdk.Config{Cluster: c.Addr, Token: c.Token}
+	if fab == "local" {
+		cfg.Fabric = c.Fabric()
+	}
+	cl, err := sdk.Connect(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func BenchmarkAgentRead(b *testing.B) {
 	const size, fileSize, batch, depth = 4 << 10, 64 << 20, 128, 512
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cl, r, _ := benchFile(ctx, b, fileSize)
+	cl, r, _ := benchFile(ctx, b, "tcp", fileSize)
 	b.Run("path=direct", func(b *testing.B) {
 		buf, err := cl.NewBuffer(batch * size)
 		if err != nil {

@@ -12,31 +12,33 @@ import (
 	"github.com/sluicefs/sluice/server/cluster"
 )
 
-// benchFile starts an embedded cluster (3 targets, 3 replicas, TCP fabric),
-// writes fileSize random bytes to one file in it and the same bytes to a
-// local file, and returns the client, the open Sluice file and the open
-// local file (the baseline's, in the page cache).
-func benchFile(ctx context.Context, b *testing.B, fileSize int) (*Client, *File, *os.File) {
+// benchFabrics are the two ways a client reaches an embedded cluster's
+// storage: from its own process (the cluster's fabric/local network) and
+// from another (TCP).
+var benchFabrics = []string{"local", "tcp"}
+
+// benchFile starts an embedded cluster (3 targets, 3 replicas), connects a
+// client over fabricName, writes fileSize random bytes to one file in it and
+// the same bytes to a local file, and returns the client, the open Sluice
+// file and the open local file (the baseline's, in the page cache).
+func benchFile(ctx context.Context, b *testing.B, fabricName string, fileSize int) (*Client, *File, *os.File) {
 	b.Helper()
 	c, err := cluster.Start(ctx, cluster.Config{Dir: b.TempDir(), Targets: 3})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { c.Close() })
-	cl, err := Connect(ctx, Config{Cluster: c.Addr, Token: c.Token})
+	cfg := Config{Cluster: c.Addr, Token: c.Token}
+	if fabricName == "local" {
+		cfg.Fabric = c.Fabric()
+	}
+	cl, err := Connect(ctx, cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { cl.Close() })
 	data := fabrictest.RandBytes(1, fileSize)
-	f, err := cl.Create(ctx, "/bench.bin")
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := f.WriteAt(data, 0); err != nil {
-		b.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
+	if err := cl.WriteFile(ctx, "/bench.bin", data); err != nil {
 		b.Fatal(err)
 	}
 	r, err := cl.Open(ctx, "/bench.bin")
@@ -56,13 +58,20 @@ func benchFile(ctx context.Context, b *testing.B, fileSize int) (*Client, *File,
 }
 
 // BenchmarkReadAt: 1 MiB reads at random chunk-aligned offsets of a 64 MiB
-// file in an embedded cluster, against pread of the same bytes from a local
+// file in an embedded cluster, from a client in its process (fabric=local)
+// and one reaching it over TCP, against pread of the same bytes from a local
 // file in the page cache, alternating.
 func BenchmarkReadAt(b *testing.B) {
+	for _, fab := range benchFabrics {
+		b.Run("size=1MiB/fabric="+fab, func(b *testing.B) { benchReadAt(b, fab) })
+	}
+}
+
+func benchReadAt(b *testing.B, fab string) {
 	const size, fileSize = 1 << 20, 64 << 20
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	_, r, lf := benchFile(ctx, b, fileSize)
+	_, r, lf := benchFile(ctx, b, fab, fileSize)
 	buf, lbuf := make([]byte, size), make([]byte, size)
 	rng := rand.New(rand.NewPCG(1, 2))
 	op := func() {
@@ -85,38 +94,42 @@ func BenchmarkReadAt(b *testing.B) {
 // into a registered buffer (one call per storage node), against 64 preads
 // of 4 KiB from a local file in the page cache, alternating.
 func BenchmarkBatchedRead(b *testing.B) {
-	b.Run("size=4KiB", func(b *testing.B) {
-		const size, fileSize, batch = 4 << 10, 64 << 20, 64
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cl, r, lf := benchFile(ctx, b, fileSize)
-		buf, err := cl.NewBuffer(batch * size)
-		if err != nil {
+	for _, fab := range benchFabrics {
+		b.Run("size=4KiB/fabric="+fab, func(b *testing.B) { benchBatchedRead(b, fab) })
+	}
+}
+
+func benchBatchedRead(b *testing.B, fab string) {
+	const size, fileSize, batch = 4 << 10, 64 << 20, 64
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cl, r, lf := benchFile(ctx, b, fab, fileSize)
+	buf, err := cl.NewBuffer(batch * size)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer buf.Release()
+	lbuf := make([]byte, size)
+	rng := rand.New(rand.NewPCG(3, 4))
+	ops := make([]ReadOp, batch)
+	op := func() {
+		for i := range ops {
+			ops[i] = ReadOp{File: r, Off: int64(rng.IntN(fileSize/size)) * size, N: size, Buf: buf, BufOff: i * size}
+		}
+		if err := cl.ReadBatch(ctx, ops); err != nil {
 			b.Fatal(err)
 		}
-		defer buf.Release()
-		lbuf := make([]byte, size)
-		rng := rand.New(rand.NewPCG(3, 4))
-		ops := make([]ReadOp, batch)
-		op := func() {
-			for i := range ops {
-				ops[i] = ReadOp{File: r, Off: int64(rng.IntN(fileSize/size)) * size, N: size, Buf: buf, BufOff: i * size}
-			}
-			if err := cl.ReadBatch(ctx, ops); err != nil {
+	}
+	base := func() {
+		for i := 0; i < batch; i++ {
+			if _, err := lf.ReadAt(lbuf, int64(rng.IntN(fileSize/size))*size); err != nil {
 				b.Fatal(err)
 			}
 		}
-		base := func() {
-			for i := 0; i < batch; i++ {
-				if _, err := lf.ReadAt(lbuf, int64(rng.IntN(fileSize/size))*size); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		x := fabrictest.Versus(b, op, base)
-		b.ReportMetric(x, "x_pread")
-		b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "iops")
-	})
+	}
+	x := fabrictest.Versus(b, op, base)
+	b.ReportMetric(x, "x_pread")
+	b.ReportMetric(float64(batch*b.N)/b.Elapsed().Seconds(), "iops")
 }
 
 // BenchmarkReadAtCeiling: the most BenchmarkReadAt can reach on this

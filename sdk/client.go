@@ -34,7 +34,12 @@ import (
 type Config struct {
 	Cluster string // the control plane's gRPC address
 	Token   string
-	Logger  *slog.Logger
+	// Fabric is the data-plane transport to storage nodes; nil means TCP,
+	// keyed by the cluster token. A client in the same process as an
+	// embedded cluster passes cluster.Cluster.Fabric() to move data by
+	// memory copy.
+	Fabric fabric.Transport
+	Logger *slog.Logger
 }
 
 // Errors callers branch on (they wrap the cluster's own).
@@ -92,9 +97,11 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return fail(fmt.Errorf("sluice: connect to %s: %w", cfg.Cluster, err))
 	}
-	tr, err := tcp.New(tcp.Config{Secret: cluster.FabricSecret(cfg.Token), Logger: cfg.Logger})
-	if err != nil {
-		return fail(err)
+	tr := cfg.Fabric
+	if tr == nil {
+		if tr, err = tcp.New(tcp.Config{Secret: cluster.FabricSecret(cfg.Token), Logger: cfg.Logger}); err != nil {
+			return fail(err)
+		}
 	}
 	if c.ep, err = tr.Dialer("sdk"); err != nil {
 		return fail(err)
@@ -213,6 +220,19 @@ func (c *Client) Create(ctx context.Context, p string) (*File, error) {
 		return nil, fsErr("create", p, err)
 	}
 	return c.OpenFile(ctx, p, true)
+}
+
+// WriteFile creates p, which must not exist, holding data.
+func (c *Client) WriteFile(ctx context.Context, p string, data []byte) error {
+	f, err := c.Create(ctx, p)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // Open opens a file for reading.

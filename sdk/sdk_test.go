@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,5 +208,59 @@ func TestLargeChunks(t *testing.T) {
 	got := make([]byte, len(data))
 	if n, err := r.ReadAt(got, 0); n != len(data) || (err != nil && !errors.Is(err, io.EOF)) || !bytes.Equal(got, data) {
 		t.Fatalf("read %d: %v", n, err)
+	}
+}
+
+// TestInProcessFabric: a client made on the embedded cluster's own network
+// moves data by memory copy (its endpoint is not a TCP one), and what it
+// writes a TCP client reads, and the other way round, whole and batched.
+func TestInProcessFabric(t *testing.T) {
+	c := startCluster(t, t.TempDir())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	near, err := Connect(ctx, Config{Cluster: c.Addr, Token: c.Token, Fabric: c.Fabric()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer near.Close()
+	far := connect(t, c)
+	defer far.Close()
+	if !strings.HasPrefix(string(near.ep.ID()), "local-") || strings.HasPrefix(string(far.ep.ID()), "local-") {
+		t.Fatalf("endpoints: in-process %s, TCP %s", near.ep.ID(), far.ep.ID())
+	}
+	for i, pair := range [][2]*Client{{near, far}, {far, near}} {
+		w, r := pair[0], pair[1]
+		name := fmt.Sprintf("/f%d", i)
+		data := fabrictest.RandBytes(uint64(10+i), 700<<10) // 11 chunks over 3 chains
+		if err := w.WriteFile(ctx, name, data); err != nil {
+			t.Fatal(err)
+		}
+		rf, err := r.Open(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(data))
+		if _, err := rf.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("%s: read back: %v, equal=%v", name, err, bytes.Equal(got, data))
+		}
+		buf, err := r.NewBuffer(64 << 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ops []ReadOp
+		for k := 0; k < 16; k++ {
+			ops = append(ops, ReadOp{File: rf, Off: int64(k * 40001), N: 4096, Buf: buf, BufOff: k * 4096})
+		}
+		if err := r.ReadBatch(ctx, ops); err != nil {
+			t.Fatal(err)
+		}
+		for k, op := range ops {
+			if !bytes.Equal(buf.B[op.BufOff:op.BufOff+4096], data[op.Off:op.Off+4096]) {
+				t.Fatalf("%s: batched op %d differs", name, k)
+			}
+		}
+		buf.Release()
+		rf.Close()
 	}
 }

@@ -72,7 +72,7 @@ func demo(ctx context.Context, out io.Writer, cfg demoConfig) error {
 		return err
 	}
 	defer c.Close()
-	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token})
+	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token, Fabric: c.Fabric()})
 	if err != nil {
 		return err
 	}

@@ -129,14 +129,7 @@ func TestSeparateProcesses(t *testing.T) {
 	waitFor("chain table", "chain 1")
 	put := func(name string, data []byte) {
 		t.Helper()
-		f, err := cl.Create(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteAt(data, 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
+		if err := cl.WriteFile(ctx, name, data); err != nil {
 			t.Fatal(err)
 		}
 	}

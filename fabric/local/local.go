@@ -1,9 +1,15 @@
 // Package local is fabric inside one process: the embedded single-machine
-// cluster uses it between its storage targets, and tests use it where sockets
-// would only add noise. One-sided Read and Write are a single memory copy
-// between registered regions and the caller's buffer; calls marshal their
-// bodies exactly as on the wire, so a handler sees the same bytes on every
-// transport and caller and handler never share memory.
+// cluster uses it between its storage targets and for clients in its own
+// process, and tests use it where sockets would only add noise. One-sided
+// Read and Write are a single memory copy between registered regions and the
+// caller's buffer; calls marshal their bodies exactly as on the wire, so a
+// handler sees the same bytes on every transport and caller and handler never
+// share memory.
+//
+// [Network.Attach] puts an endpoint of another software transport (a TCP
+// listener) on the network under its own ID, sharing its memory regions and
+// handlers: peers in the process reach it by memory copy, peers outside over
+// its own wire, and the keys it hands out are valid on both.
 //
 // It owns nothing but that in-process wiring; region checks are fabric.Regions.
 package local
@@ -58,15 +64,23 @@ func (n *Network) add(name string) (*Endpoint, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	ep := &Endpoint{
-		net:     n,
-		id:      id,
-		regions: fabric.NewRegions(id),
-		ctx:     ctx,
-		cancel:  cancel,
+		net:      n,
+		id:       id,
+		regions:  fabric.NewRegions(id),
+		Handlers: &fabric.Handlers{},
+		ctx:      ctx,
+		cancel:   cancel,
 	}
 	ep.OneSided = ep.copyOps
 	n.eps[id] = ep
 	return ep, nil
+}
+
+// reaches reports whether node is an endpoint of this network.
+func (n *Network) reaches(node fabric.NodeID) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.eps[node] != nil
 }
 
 func (n *Network) lookup(id fabric.NodeID) (*Endpoint, error) {
@@ -85,7 +99,7 @@ type Endpoint struct {
 	id      fabric.NodeID
 	regions *fabric.Regions
 
-	fabric.Handlers
+	*fabric.Handlers
 	fabric.OneSided // Read, Write and batches, over ep.copyOps
 
 	ctx    context.Context // cancelled by Close

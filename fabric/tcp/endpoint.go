@@ -422,3 +422,9 @@ func setNoDelay(nc net.Conn) {
 		tc.SetNoDelay(true)
 	}
 }
+
+// Tables returns the endpoint's registered memory and handlers, so that
+// fabric/local can serve them to peers in the same process (local.Attach).
+func (ep *Endpoint) Tables() (*fabric.Regions, *fabric.Handlers) {
+	return ep.regions, &ep.Handlers
+}

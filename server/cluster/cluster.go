@@ -6,6 +6,11 @@
 // run against; StartControl and StartStorage are the pieces `sluice server`
 // runs as separate processes. Restarting on the same directory keeps the
 // data and the token.
+//
+// Inside one process the pieces also share a fabric/local network: each
+// storage endpoint is attached to it, so storage nodes forward along chains
+// to each other, and clients made on [Cluster.Fabric] read and write, by
+// memory copy, while clients in other processes use TCP.
 package cluster
 
 import (
@@ -29,6 +34,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fabric/local"
 	"github.com/sluicefs/sluice/fabric/tcp"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
@@ -84,7 +90,10 @@ type ControlConfig struct {
 	// Once ExpectTargets targets have registered and no chain table exists,
 	// the leader creates table 1: one chain per target, Replicas long.
 	ExpectTargets, Replicas int
-	Logger                  *slog.Logger
+	// Local, when set, is the network of storage nodes in this process;
+	// the collector reaches them on it.
+	Local  *local.Network
+	Logger *slog.Logger
 }
 
 // Control is a running control-plane replica.
@@ -147,9 +156,11 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 		c.spawn(func() { c.createTable(bg, cfg.ExpectTargets, max(1, min(cfg.Replicas, cfg.ExpectTargets))) })
 	}
 	// The collector deletes unlinked files' chunks through its own client.
-	tr, err := tcp.New(tcp.Config{Secret: FabricSecret(cfg.Token), Logger: cfg.Logger})
-	if err != nil {
-		return fail(err)
+	var tr fabric.Transport = cfg.Local
+	if cfg.Local == nil {
+		if tr, err = tcp.New(tcp.Config{Secret: FabricSecret(cfg.Token), Logger: cfg.Logger}); err != nil {
+			return fail(err)
+		}
 	}
 	c.spawn(func() { c.collect(bg, tr, cfg) })
 	return c, nil
@@ -178,7 +189,7 @@ func (c *Control) createTable(ctx context.Context, targets, replicas int) {
 	}
 }
 
-func (c *Control) collect(ctx context.Context, tr *tcp.Transport, cfg ControlConfig) {
+func (c *Control) collect(ctx context.Context, tr fabric.Transport, cfg ControlConfig) {
 	conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return
@@ -231,7 +242,10 @@ type StorageConfig struct {
 	FabricListen string   // the fabric address (default 127.0.0.1:0)
 	Targets      []uint32 // the node's targets
 	ChunkSize    int      // the largest chunk it must hold (default 4 MiB)
-	Logger       *slog.Logger
+	// Local, when set, is a network of this process that the node's TCP
+	// endpoint is attached to (local.Network.Attach).
+	Local  *local.Network
+	Logger *slog.Logger
 }
 
 // Storage is a running storage node.
@@ -266,6 +280,14 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	}
 	if s.ep, err = tr.Listen(cfg.FabricListen); err != nil {
 		return fail(err)
+	}
+	if cfg.Local != nil {
+		far := s.ep
+		if s.ep, err = cfg.Local.Attach(far.(local.Shareable)); err != nil {
+			far.Close()
+			s.ep = nil
+			return fail(err)
+		}
 	}
 	targets := map[storage.TargetID]*storage.Engine{}
 	for _, t := range cfg.Targets {
@@ -353,6 +375,7 @@ type Cluster struct {
 	Addr  string
 	Token string
 
+	local   *local.Network
 	control *Control
 	storage []*Storage
 }
@@ -375,9 +398,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{Token: token}
+	c := &Cluster{Token: token, local: local.NewNetwork()}
 	c.control, err = StartControl(ctx, ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), Listen: cfg.Listen, Token: token,
-		ChunkSize: cfg.ChunkSize, Stripe: cfg.Targets, ExpectTargets: cfg.Targets, Replicas: cfg.Replicas, Logger: cfg.Logger})
+		ChunkSize: cfg.ChunkSize, Stripe: cfg.Targets, ExpectTargets: cfg.Targets, Replicas: cfg.Replicas, Local: c.local, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -390,7 +413,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	for i := 1; i <= cfg.Targets; i++ {
 		s, err := StartStorage(ctx, StorageConfig{Dir: cfg.Dir, Cluster: c.Addr, Token: token, NodeID: fmt.Sprint("node-", i),
-			Targets: []uint32{uint32(i)}, ChunkSize: cfg.ChunkSize, Logger: cfg.Logger})
+			Targets: []uint32{uint32(i)}, ChunkSize: cfg.ChunkSize, Local: c.local, Logger: cfg.Logger})
 		if err != nil {
 			c.Close()
 			return nil, err
@@ -404,6 +427,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	return c, nil
 }
+
+// Fabric is the cluster's in-process network: an SDK client made on it
+// (sdk.Config.Fabric) reaches the storage nodes by memory copy instead of
+// TCP. It serves only this process.
+func (c *Cluster) Fabric() fabric.Transport { return c.local }
 
 func (c *Cluster) waitReady(ctx context.Context, targets int) error {
 	deadline := time.Now().Add(30 * time.Second)
