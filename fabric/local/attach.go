@@ -31,7 +31,7 @@ func (n *Network) Attach(far Shareable) (fabric.Endpoint, error) {
 		return nil, fmt.Errorf("fabric/local: attach %s: name in use", id)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	near := &Endpoint{net: n, id: id, regions: regions, Handlers: handlers, ctx: ctx, cancel: cancel}
+	near := &Endpoint{net: n, id: id, regions: regions, Handlers: handlers, ctx: ctx, cancel: cancel, jobs: make(chan job)}
 	near.OneSided = near.copyOps
 	n.eps[id] = near
 	return &attached{near: near, far: far}, nil

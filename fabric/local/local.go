@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"time"
 
 	"github.com/sluicefs/sluice/fabric"
 	"google.golang.org/protobuf/proto"
@@ -70,6 +71,7 @@ func (n *Network) add(name string) (*Endpoint, error) {
 		Handlers: &fabric.Handlers{},
 		ctx:      ctx,
 		cancel:   cancel,
+		jobs:     make(chan job),
 	}
 	ep.OneSided = ep.copyOps
 	n.eps[id] = ep
@@ -104,7 +106,8 @@ type Endpoint struct {
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
-	wg     sync.WaitGroup // handler goroutines running on this endpoint
+	wg     sync.WaitGroup // handler workers of this endpoint
+	jobs   chan job       // to idle workers
 	mu     sync.Mutex
 	closed bool
 }
@@ -188,25 +191,60 @@ func (ep *Endpoint) call(ctx context.Context, node fabric.NodeID, method string,
 }
 
 // spawn runs fn on a goroutine owned by ep, with a context that ends with
-// ep or at ctx's deadline. It reports false if ep is closed.
+// ep or at ctx's deadline. It reports false if ep is closed. An idle worker
+// takes it if one is waiting, so that a handler's stack, once grown, serves
+// later calls too; otherwise a new worker starts.
 func (ep *Endpoint) spawn(ctx context.Context, fn func(context.Context)) bool {
 	ep.mu.Lock()
 	defer ep.mu.Unlock()
 	if ep.closed {
 		return false
 	}
+	j := job{ctx: ctx, fn: fn}
+	select {
+	case ep.jobs <- j:
+		return true
+	default:
+	}
 	ep.wg.Add(1)
-	go func() {
-		defer ep.wg.Done()
-		hctx := ep.ctx
-		if dl, ok := ctx.Deadline(); ok {
-			var cancel context.CancelFunc
-			hctx, cancel = context.WithDeadline(hctx, dl)
-			defer cancel()
-		}
-		fn(hctx)
-	}()
+	go ep.worker(j)
 	return true
+}
+
+// job is one handler run: fn under a context with ctx's deadline.
+type job struct {
+	ctx context.Context
+	fn  func(context.Context)
+}
+
+// workerIdle is how long a worker waits for another job before it exits.
+const workerIdle = time.Second
+
+func (ep *Endpoint) worker(j job) {
+	defer ep.wg.Done()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		ep.run(j)
+		idle.Reset(workerIdle)
+		select {
+		case j = <-ep.jobs:
+		case <-idle.C:
+			return
+		case <-ep.ctx.Done():
+			return
+		}
+	}
+}
+
+func (ep *Endpoint) run(j job) {
+	hctx := ep.ctx
+	if dl, ok := j.ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		hctx, cancel = context.WithDeadline(hctx, dl)
+		defer cancel()
+	}
+	j.fn(hctx)
 }
 
 // serve runs a handler and shapes its outcome as the wire would.
