@@ -333,15 +333,21 @@ func (x *UpdateReply) GetChunkLen() uint32 {
 	return 0
 }
 
+// ReadEntry is one range of a batched read. The server pushes the bytes
+// into memory the caller registered (key dst_key, at dst_offset, length
+// bytes of room): the caller's own, never a third party's. Its fields are
+// flat, so decoding a batch allocates one message per range.
 type ReadEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Chain         uint32                 `protobuf:"varint,1,opt,name=chain,proto3" json:"chain,omitempty"`
 	ChainVer      uint64                 `protobuf:"varint,2,opt,name=chain_ver,json=chainVer,proto3" json:"chain_ver,omitempty"`
-	Chunk         *ChunkID               `protobuf:"bytes,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	Offset        uint32                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
 	Length        uint32                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
-	Dst           *RemoteBuf             `protobuf:"bytes,6,opt,name=dst,proto3" json:"dst,omitempty"` // the server pushes the bytes here
 	Target        uint32                 `protobuf:"varint,7,opt,name=target,proto3" json:"target,omitempty"`
+	Inode         uint64                 `protobuf:"varint,8,opt,name=inode,proto3" json:"inode,omitempty"`
+	Index         uint32                 `protobuf:"varint,9,opt,name=index,proto3" json:"index,omitempty"`
+	DstKey        uint64                 `protobuf:"varint,10,opt,name=dst_key,json=dstKey,proto3" json:"dst_key,omitempty"`
+	DstOffset     uint64                 `protobuf:"varint,11,opt,name=dst_offset,json=dstOffset,proto3" json:"dst_offset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -390,13 +396,6 @@ func (x *ReadEntry) GetChainVer() uint64 {
 	return 0
 }
 
-func (x *ReadEntry) GetChunk() *ChunkID {
-	if x != nil {
-		return x.Chunk
-	}
-	return nil
-}
-
 func (x *ReadEntry) GetOffset() uint32 {
 	if x != nil {
 		return x.Offset
@@ -411,16 +410,37 @@ func (x *ReadEntry) GetLength() uint32 {
 	return 0
 }
 
-func (x *ReadEntry) GetDst() *RemoteBuf {
-	if x != nil {
-		return x.Dst
-	}
-	return nil
-}
-
 func (x *ReadEntry) GetTarget() uint32 {
 	if x != nil {
 		return x.Target
+	}
+	return 0
+}
+
+func (x *ReadEntry) GetInode() uint64 {
+	if x != nil {
+		return x.Inode
+	}
+	return 0
+}
+
+func (x *ReadEntry) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *ReadEntry) GetDstKey() uint64 {
+	if x != nil {
+		return x.DstKey
+	}
+	return 0
+}
+
+func (x *ReadEntry) GetDstOffset() uint64 {
+	if x != nil {
+		return x.DstOffset
 	}
 	return 0
 }
@@ -1340,15 +1360,19 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\vUpdateReply\x12\x1d\n" +
 	"\n" +
 	"commit_ver\x18\x01 \x01(\x04R\tcommitVer\x12\x1b\n" +
-	"\tchunk_len\x18\x02 \x01(\rR\bchunkLen\"\xe8\x01\n" +
+	"\tchunk_len\x18\x02 \x01(\rR\bchunkLen\"\xf6\x01\n" +
 	"\tReadEntry\x12\x14\n" +
 	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x1b\n" +
-	"\tchain_ver\x18\x02 \x01(\x04R\bchainVer\x120\n" +
-	"\x05chunk\x18\x03 \x01(\v2\x1a.sluice.storage.v1.ChunkIDR\x05chunk\x12\x16\n" +
+	"\tchain_ver\x18\x02 \x01(\x04R\bchainVer\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\rR\x06offset\x12\x16\n" +
-	"\x06length\x18\x05 \x01(\rR\x06length\x12.\n" +
-	"\x03dst\x18\x06 \x01(\v2\x1c.sluice.storage.v1.RemoteBufR\x03dst\x12\x16\n" +
-	"\x06target\x18\a \x01(\rR\x06target\"i\n" +
+	"\x06length\x18\x05 \x01(\rR\x06length\x12\x16\n" +
+	"\x06target\x18\a \x01(\rR\x06target\x12\x14\n" +
+	"\x05inode\x18\b \x01(\x04R\x05inode\x12\x14\n" +
+	"\x05index\x18\t \x01(\rR\x05index\x12\x17\n" +
+	"\adst_key\x18\n" +
+	" \x01(\x04R\x06dstKey\x12\x1d\n" +
+	"\n" +
+	"dst_offset\x18\v \x01(\x04R\tdstOffsetJ\x04\b\x03\x10\x04J\x04\b\x06\x10\a\"i\n" +
 	"\vReadRequest\x126\n" +
 	"\aentries\x18\x01 \x03(\v2\x1c.sluice.storage.v1.ReadEntryR\aentries\x12\"\n" +
 	"\rfail_if_dirty\x18\x02 \x01(\bR\vfailIfDirty\"z\n" +
@@ -1453,24 +1477,22 @@ var file_storage_v1_storage_proto_goTypes = []any{
 var file_storage_v1_storage_proto_depIdxs = []int32{
 	0,  // 0: sluice.storage.v1.UpdateRequest.chunk:type_name -> sluice.storage.v1.ChunkID
 	1,  // 1: sluice.storage.v1.UpdateRequest.src:type_name -> sluice.storage.v1.RemoteBuf
-	0,  // 2: sluice.storage.v1.ReadEntry.chunk:type_name -> sluice.storage.v1.ChunkID
-	1,  // 3: sluice.storage.v1.ReadEntry.dst:type_name -> sluice.storage.v1.RemoteBuf
-	4,  // 4: sluice.storage.v1.ReadRequest.entries:type_name -> sluice.storage.v1.ReadEntry
-	6,  // 5: sluice.storage.v1.ReadReply.results:type_name -> sluice.storage.v1.ReadResult
-	0,  // 6: sluice.storage.v1.QueryRequest.chunk:type_name -> sluice.storage.v1.ChunkID
-	10, // 7: sluice.storage.v1.ChunkMeta.committed:type_name -> sluice.storage.v1.Version
-	10, // 8: sluice.storage.v1.ChunkMeta.pending:type_name -> sluice.storage.v1.Version
-	0,  // 9: sluice.storage.v1.SyncListRequest.after:type_name -> sluice.storage.v1.ChunkID
-	0,  // 10: sluice.storage.v1.SyncEntry.chunk:type_name -> sluice.storage.v1.ChunkID
-	13, // 11: sluice.storage.v1.SyncListReply.entries:type_name -> sluice.storage.v1.SyncEntry
-	0,  // 12: sluice.storage.v1.SyncWriteRequest.chunk:type_name -> sluice.storage.v1.ChunkID
-	1,  // 13: sluice.storage.v1.SyncWriteRequest.src:type_name -> sluice.storage.v1.RemoteBuf
-	0,  // 14: sluice.storage.v1.RemoveRequest.chunk:type_name -> sluice.storage.v1.ChunkID
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	4,  // 2: sluice.storage.v1.ReadRequest.entries:type_name -> sluice.storage.v1.ReadEntry
+	6,  // 3: sluice.storage.v1.ReadReply.results:type_name -> sluice.storage.v1.ReadResult
+	0,  // 4: sluice.storage.v1.QueryRequest.chunk:type_name -> sluice.storage.v1.ChunkID
+	10, // 5: sluice.storage.v1.ChunkMeta.committed:type_name -> sluice.storage.v1.Version
+	10, // 6: sluice.storage.v1.ChunkMeta.pending:type_name -> sluice.storage.v1.Version
+	0,  // 7: sluice.storage.v1.SyncListRequest.after:type_name -> sluice.storage.v1.ChunkID
+	0,  // 8: sluice.storage.v1.SyncEntry.chunk:type_name -> sluice.storage.v1.ChunkID
+	13, // 9: sluice.storage.v1.SyncListReply.entries:type_name -> sluice.storage.v1.SyncEntry
+	0,  // 10: sluice.storage.v1.SyncWriteRequest.chunk:type_name -> sluice.storage.v1.ChunkID
+	1,  // 11: sluice.storage.v1.SyncWriteRequest.src:type_name -> sluice.storage.v1.RemoteBuf
+	0,  // 12: sluice.storage.v1.RemoveRequest.chunk:type_name -> sluice.storage.v1.ChunkID
+	13, // [13:13] is the sub-list for method output_type
+	13, // [13:13] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_storage_v1_storage_proto_init() }

@@ -204,9 +204,9 @@ func batchRead(mr fabric.MR, ch Chain, n, size int) *storagepb.ReadRequest {
 	for i := 0; i < n; i++ {
 		rb := mr.Remote(i*size, size)
 		req.Entries = append(req.Entries, &storagepb.ReadEntry{
-			Chain: uint32(ch.ID), ChainVer: ch.Version, Chunk: ChunkID{Inode: 1, Index: uint32(i % 4)}.Proto(),
+			Chain: uint32(ch.ID), ChainVer: ch.Version, Inode: 1, Index: uint32(i % 4),
 			Offset: uint32(i*7919*size) % (1<<20 - uint32(size)), Length: uint32(size), Target: 1,
-			Dst: &storagepb.RemoteBuf{Node: string(rb.Node), Key: rb.Key, Offset: rb.Offset, Len: rb.Len},
+			DstKey: rb.Key, DstOffset: rb.Offset,
 		})
 	}
 	return req

@@ -93,8 +93,8 @@ func (c *Client) ReadRegistered(ctx context.Context, chain ChainID, chunk ChunkI
 		}
 		t := serving[int(c.next.Add(1))%len(serving)]
 		req := &storagepb.ReadRequest{FailIfDirty: failIfDirty, Entries: []*storagepb.ReadEntry{{
-			Chain: uint32(chain), ChainVer: ch.Version, Chunk: chunk.Proto(), Offset: chunkOff, Length: uint32(len(buf)),
-			Dst: &storagepb.RemoteBuf{Node: string(rb.Node), Key: rb.Key, Offset: rb.Offset, Len: rb.Len}, Target: uint32(t),
+			Chain: uint32(chain), ChainVer: ch.Version, Inode: chunk.Inode, Index: chunk.Index, Offset: chunkOff, Length: uint32(len(buf)),
+			DstKey: rb.Key, DstOffset: rb.Offset, Target: uint32(t),
 		}}}
 		var resp storagepb.ReadReply
 		if err := c.ep.Call(ctx, r.Targets[t].Node, MethodRead, req, &resp); err != nil {
@@ -167,8 +167,9 @@ type finalError struct{ error }
 
 func (f finalError) Unwrap() error { return f.error }
 
-// BatchRead is one range of a batched read: Len bytes of chunk Chunk (on
-// chain Chain) at Offset, into registered memory Dst (Dst.Len >= Len).
+// BatchRead is one range of a batched read: Dst.Len bytes of chunk Chunk
+// (on chain Chain) at Offset, into Dst, memory registered with the client's
+// own endpoint (a storage node pushes only to its caller).
 type BatchRead struct {
 	Chain  ChainID
 	Chunk  ChunkID
@@ -193,15 +194,17 @@ func (c *Client) ReadBatch(ctx context.Context, reads []BatchRead) error {
 		entries []*storagepb.ReadEntry
 		idx     []int
 	}
-	// One allocation per kind of message for the whole batch, not three
-	// per range, and each chain's serving replicas looked up once.
+	// One allocation for the whole batch's entries, and each chain's
+	// serving replicas looked up once.
 	entries := make([]storagepb.ReadEntry, len(reads))
-	chunks := make([]storagepb.ChunkID, len(reads))
-	dsts := make([]storagepb.RemoteBuf, len(reads))
 	serving := map[ChainID][]TargetID{}
 	var groups []*group
 	for i := range reads {
 		rd := &reads[i]
+		if rd.Dst.Node != c.ep.ID() {
+			rd.Err = fmt.Errorf("%w: read into %s, memory of another endpoint than %s", fabric.ErrBadRequest, rd.Dst, c.ep.ID())
+			continue
+		}
 		ch, ok := r.Chains[rd.Chain]
 		srv, seen := serving[rd.Chain]
 		if !seen {
@@ -229,10 +232,9 @@ func (c *Client) ReadBatch(ctx context.Context, reads []BatchRead) error {
 			g = &group{node: node, entries: make([]*storagepb.ReadEntry, 0, len(reads)), idx: make([]int, 0, len(reads))}
 			groups = append(groups, g)
 		}
-		chunks[i].Inode, chunks[i].Index = rd.Chunk.Inode, rd.Chunk.Index
-		dsts[i].Node, dsts[i].Key, dsts[i].Offset, dsts[i].Len = string(rd.Dst.Node), rd.Dst.Key, rd.Dst.Offset, rd.Dst.Len
 		e := &entries[i]
-		e.Chain, e.ChainVer, e.Chunk, e.Offset, e.Length, e.Target, e.Dst = uint32(rd.Chain), ch.Version, &chunks[i], rd.Offset, rd.Dst.Len, uint32(t), &dsts[i]
+		e.Chain, e.ChainVer, e.Inode, e.Index, e.Offset, e.Length, e.Target = uint32(rd.Chain), ch.Version, rd.Chunk.Inode, rd.Chunk.Index, rd.Offset, rd.Dst.Len, uint32(t)
+		e.DstKey, e.DstOffset = rd.Dst.Key, rd.Dst.Offset
 		g.entries = append(g.entries, e)
 		g.idx = append(g.idx, i)
 	}

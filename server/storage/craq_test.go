@@ -496,3 +496,42 @@ func TestRemove(t *testing.T) {
 		t.Fatalf("remove of a chunk never written: %v", err)
 	}
 }
+
+// TestOnlyTheCallersMemory: a node moves bytes only between itself and its
+// caller. A read naming another client's key pushes nothing there, an
+// update naming another client's buffer pulls nothing from it, and the
+// client library refuses a batch range in memory not its own.
+func TestOnlyTheCallersMemory(t *testing.T) {
+	c := newCluster(t, 1)
+	victim, mallory := c.client("victim"), c.client("mallory")
+	ctx := ctxT(t, 10*time.Second)
+	data := bytes.Repeat([]byte("chunk data "), 100)
+	if _, err := victim.write(ctx, ChunkID{Inode: 1}, 0, data, true); err != nil {
+		t.Fatal(err)
+	}
+	for i := range victim.buf {
+		victim.buf[i] = 0xee
+	}
+	vb := victim.mr.Remote(0, 64)
+	read := &storagepb.ReadRequest{Entries: []*storagepb.ReadEntry{{Chain: uint32(testChain), ChainVer: 1, Target: 1,
+		Inode: 1, Length: 64, DstKey: vb.Key, DstOffset: vb.Offset}}}
+	if err := mallory.ep.Call(ctx, c.eps[0].ID(), MethodRead, read, new(storagepb.ReadReply)); !errors.Is(err, fabric.ErrUnknownKey) {
+		t.Fatalf("read into another client's key: %v", err)
+	}
+	update := &storagepb.UpdateRequest{Chain: uint32(testChain), ChainVer: 1, Chunk: ChunkID{Inode: 2}.Proto(), Length: 64,
+		Crc: CRC(victim.buf[:64]), Src: &storagepb.RemoteBuf{Node: string(vb.Node), Key: vb.Key, Offset: vb.Offset, Len: vb.Len},
+		Target: 1, Client: 9, Seq: 1, FullChunk: true}
+	if err := mallory.ep.Call(ctx, c.eps[0].ID(), MethodUpdate, update, new(storagepb.UpdateReply)); !errors.Is(err, fabric.ErrBadRequest) {
+		t.Fatalf("update pulling another client's buffer: %v", err)
+	}
+	if m, _ := c.engines[0].Meta(ChunkID{Inode: 2}); m.GetCommitted() != nil || m.GetPending() != nil {
+		t.Fatal("an update from a third party's memory was stored")
+	}
+	if !bytes.Equal(victim.buf[:64], bytes.Repeat([]byte{0xee}, 64)) {
+		t.Fatal("bytes were pushed into another client's memory")
+	}
+	reads := []BatchRead{{Chain: testChain, Chunk: ChunkID{Inode: 1}, Dst: vb}}
+	if err := mallory.ReadBatch(ctx, reads); err != nil || !errors.Is(reads[0].Err, fabric.ErrBadRequest) {
+		t.Fatalf("batch range in another endpoint's memory: %v, %v", err, reads[0].Err)
+	}
+}

@@ -168,6 +168,11 @@ func (n *Node) pull(ctx context.Context, src *storagepb.RemoteBuf, length uint32
 // update handles an UpdateRequest: from a client at the head, or forwarded
 // by a predecessor.
 func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.UpdateRequest) (*storagepb.UpdateReply, error) {
+	// A node pulls only from its caller's memory, as it pushes reads only
+	// into its caller's: no one can make it move a third party's bytes.
+	if src := req.Src.GetNode(); src != string(peer) {
+		return nil, fmt.Errorf("%w: update from %s pulls from %q", fabric.ErrBadRequest, peer, src)
+	}
 	chain, _, err := n.route(req.Chain, req.ChainVer, req.Target)
 	if err != nil {
 		return nil, err
@@ -373,9 +378,6 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	total := 0
 	for _, e := range req.Entries {
 		total += int(e.Length)
-		if e.Dst.GetLen() < e.Length {
-			return nil, fmt.Errorf("%w: read of %d bytes into %d", fabric.ErrBadRequest, e.Length, e.Dst.GetLen())
-		}
 	}
 	if total > n.cfg.MaxReadBatch {
 		return nil, fmt.Errorf("%w: read batch of %d bytes, limit %d", fabric.ErrBadRequest, total, n.cfg.MaxReadBatch)
@@ -420,7 +422,7 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 		}
 		if len(data) > 0 {
 			ops = append(ops, fabric.Op{
-				Remote: fabric.RemoteBuf{Node: fabric.NodeID(e.Dst.Node), Key: e.Dst.Key, Offset: e.Dst.Offset, Len: uint32(len(data))},
+				Remote: fabric.RemoteBuf{Node: peer, Key: e.DstKey, Offset: e.DstOffset, Len: uint32(len(data))},
 				Local:  data,
 			})
 		}
@@ -429,7 +431,7 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	for k, done := range dones {
 		if !done() {
 			res := reply.Results[views[k]]
-			err := fmt.Errorf("chunk %v: rewritten while being sent: %w", ChunkFromProto(req.Entries[views[k]].Chunk), ErrNotCommitted)
+			err := fmt.Errorf("chunk %v: rewritten while being sent: %w", entryChunk(req.Entries[views[k]]), ErrNotCommitted)
 			*res = storagepb.ReadResult{Code: uint32(fabric.CodeOf(err)), Error: err.Error()}
 		}
 	}
@@ -438,6 +440,8 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	}
 	return reply, nil
 }
+
+func entryChunk(e *storagepb.ReadEntry) ChunkID { return ChunkID{Inode: e.Inode, Index: e.Index} }
 
 // readBuffers recycles the buffers reads are copied into when they cannot
 // be served from views.
@@ -457,7 +461,7 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 	if t := n.routing.Routing().Targets[TargetID(e.Target)]; t.State != Serving {
 		return nil, nil, 0, 0, fmt.Errorf("target %d is %v: %w", e.Target, t.State, ErrUnavailable)
 	}
-	id := ChunkFromProto(e.Chunk)
+	id := entryChunk(e)
 	m, err := eng.Meta(id)
 	if err != nil {
 		return nil, nil, 0, 0, err
@@ -467,7 +471,7 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 		if failIfDirty {
 			return nil, nil, 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
 		}
-		tailVer, err := n.queryTail(ctx, chain, e.Chunk)
+		tailVer, err := n.queryTail(ctx, chain, id.Proto())
 		if err != nil {
 			return nil, nil, 0, 0, err
 		}
