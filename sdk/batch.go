@@ -80,7 +80,7 @@ func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
 			fenced[op.Buf] = true
 		}
 		f := op.File
-		for _, pc := range f.pieces(op.Off, op.N) {
+		for _, pc := range f.pieces(op.Off, op.N, maxPiece) {
 			k := chunkKey{f.in.Ino, pc.index}
 			list := byChunk[k]
 			if len(list) == 0 {
@@ -227,7 +227,7 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp) []readResult {
 			continue
 		}
 		res[i].N = int(min(int64(op.N), max(0, op.File.Size()-op.Off)))
-		for _, pc := range op.File.pieces(op.Off, res[i].N) {
+		for _, pc := range op.File.pieces(op.Off, res[i].N, maxPiece) {
 			reads = append(reads, storage.BatchRead{Chain: op.File.chain(pc.index),
 				Chunk: storage.ChunkID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
 				Dst: op.Buf.mr.Remote(op.BufOff+pc.off, pc.n), N: -1}) // N stays -1 if its node never answered

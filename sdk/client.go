@@ -369,7 +369,7 @@ func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
 			return fmt.Errorf("read batch: range [%d:+%d] outside its buffer", op.BufOff, op.N)
 		}
 		n := int(min(int64(op.N), max(0, op.File.Size()-op.Off)))
-		for _, pc := range op.File.pieces(op.Off, n) {
+		for _, pc := range op.File.pieces(op.Off, n, maxPiece) {
 			reads = append(reads, storage.BatchRead{Chain: op.File.chain(pc.index),
 				Chunk: storage.ChunkID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
 				Dst: op.Buf.mr.Remote(op.BufOff+pc.off, pc.n), N: -1}) // N stays -1 if its node never answered
