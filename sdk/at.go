@@ -94,9 +94,21 @@ func (c *Client) RmdirAt(ctx context.Context, at uint64, p string) error {
 // RenameAt moves (fromAt, from) to (toAt, to) atomically, replacing a file
 // there, or an empty directory by a directory.
 func (c *Client) RenameAt(ctx context.Context, fromAt uint64, from string, toAt uint64, to string) error {
+	return c.rename(ctx, &metapb.RenameRequest{FromAt: fromAt, From: from, ToAt: toAt, To: to})
+}
+
+// RenameNoReplaceAt is RenameAt that fails with ErrExist if (toAt, to)
+// exists, checked and renamed in one step (renameat2's RENAME_NOREPLACE).
+func (c *Client) RenameNoReplaceAt(ctx context.Context, fromAt uint64, from string, toAt uint64, to string) error {
+	return c.rename(ctx, &metapb.RenameRequest{FromAt: fromAt, From: from, ToAt: toAt, To: to, NoReplace: true})
+}
+
+func (c *Client) rename(ctx context.Context, req *metapb.RenameRequest) error {
 	cctx, done := c.call(ctx)
 	defer done()
-	_, err := c.meta.Rename(cctx, &metapb.RenameRequest{FromAt: fromAt, From: from, ToAt: toAt, To: to, Client: c.id, Seq: c.next()})
+	req.Client, req.Seq = c.id, c.next()
+	_, err := c.meta.Rename(cctx, req)
+	fromAt, from := req.FromAt, req.From
 	return fsErr("rename", where(fromAt, from), err)
 }
 

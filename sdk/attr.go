@@ -109,10 +109,15 @@ func (c *Client) Readlink(ctx context.Context, p string) (string, error) {
 	return in.Target, nil
 }
 
-// Usage is what the namespace holds.
+// Usage is what the namespace holds and what storage can hold.
 type Usage struct {
 	Inodes, Files uint64
 	Bytes         uint64 // the files' lengths, added up
+	// Capacity and Free are the storage targets' disks divided by the
+	// replica count: what files can hold, and what more they can. Zero
+	// when no target has reported yet; Targets is how many have.
+	Capacity, Free uint64
+	Targets        int
 }
 
 // Statfs counts the namespace's inodes, files and bytes.
@@ -123,7 +128,8 @@ func (c *Client) Statfs(ctx context.Context) (Usage, error) {
 	if err != nil {
 		return Usage{}, fsErr("statfs", "/", err)
 	}
-	return Usage{Inodes: r.Inodes, Files: r.Files, Bytes: r.Bytes}, nil
+	return Usage{Inodes: r.Inodes, Files: r.Files, Bytes: r.Bytes,
+		Capacity: r.CapacityBytes, Free: r.FreeBytes, Targets: int(r.TargetsReporting)}, nil
 }
 
 // Inode is the file's inode as of opening (its length as this handle

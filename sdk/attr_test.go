@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -93,7 +95,8 @@ func TestTruncate(t *testing.T) {
 // TestAttributes: chmod, chown, utimes, link, readlink, statfs, fsync and
 // the errors callers branch on.
 func TestAttributes(t *testing.T) {
-	c := startCluster(t, t.TempDir())
+	dir := t.TempDir()
+	c := startCluster(t, dir)
 	defer c.Close()
 	cl := connect(t, c)
 	defer cl.Close()
@@ -156,6 +159,21 @@ func TestAttributes(t *testing.T) {
 	if err != nil || u.Inodes != 4 || u.Files != 1 || u.Bytes != 11 {
 		t.Fatalf("statfs: %+v %v", u, err)
 	}
+	// Three targets on one disk, chains of three: the capacity is the
+	// disk's, as the targets report it with their heartbeats.
+	for deadline := time.Now().Add(5 * time.Second); u.Targets < 3 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if u, err = cl.Statfs(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	disk, avail := st.Blocks*uint64(st.Bsize), st.Bavail*uint64(st.Bsize)
+	if u.Targets != 3 || u.Capacity != disk || u.Free > u.Capacity || u.Free+disk/20 < avail || u.Free > avail+disk/20 {
+		t.Fatalf("statfs space: %d targets, %d capacity, %d free; the disk has %d, %d available", u.Targets, u.Capacity, u.Free, disk, avail)
+	}
 	// The *At calls, relative to a directory inode.
 	d, err := cl.Stat(ctx, "/d")
 	if err != nil {
@@ -190,5 +208,44 @@ func TestAttributes(t *testing.T) {
 		if !errors.Is(tc.err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
 		}
+	}
+}
+
+// TestRenameNoReplaceRace: of many clients renaming their own file to one
+// name without replacing, exactly one succeeds and the rest get ErrExist.
+func TestRenameNoReplaceRace(t *testing.T) {
+	c := startCluster(t, t.TempDir())
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const n = 8
+	var clients []*Client
+	for i := 0; i < n; i++ {
+		cl := connect(t, c)
+		defer cl.Close()
+		if err := cl.WriteFile(ctx, fmt.Sprintf("/src-%d", i), []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, cl)
+	}
+	errs := make(chan error, n)
+	for i, cl := range clients {
+		go func() { errs <- cl.RenameNoReplaceAt(ctx, 0, fmt.Sprintf("/src-%d", i), 0, "/dst") }()
+	}
+	won := 0
+	for range n {
+		switch err := <-errs; {
+		case err == nil:
+			won++
+		case !errors.Is(err, ErrExist):
+			t.Fatalf("a losing rename: %v", err)
+		}
+	}
+	ents, err := clients[0].ReadDir(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if won != 1 || len(ents) != n {
+		t.Fatalf("%d renames won, %d names left (want 1 and %d)", won, len(ents), n)
 	}
 }

@@ -291,6 +291,9 @@ func (c *Client) Status(ctx context.Context, w io.Writer) error {
 		return fsErr("status", "", err)
 	}
 	fmt.Fprintf(w, "metadata: leader %s, %s, applied %d, %d inodes, members %v\n", st.Leader, st.State, st.AppliedIndex, st.Inodes, st.Members)
+	if u, err := c.Statfs(ctx); err == nil {
+		fmt.Fprintf(w, "space: %s of %s free for files, %s in files (%d targets reporting)\n", bytesIEC(u.Free), bytesIEC(u.Capacity), bytesIEC(u.Bytes), u.Targets)
+	}
 	r := c.routing.Routing()
 	for id, t := range r.Targets {
 		fmt.Fprintf(w, "target %d: %v at %s\n", id, t.State, t.Node)
@@ -299,6 +302,20 @@ func (c *Client) Status(ctx context.Context, w io.Writer) error {
 		fmt.Fprintf(w, "chain %d v%d: %v\n", id, ch.Version, ch.Targets)
 	}
 	return nil
+}
+
+// bytesIEC formats n bytes with a binary unit (GiB, TiB).
+func bytesIEC(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 // Buffer is memory registered with the data plane: reads into it land with

@@ -64,7 +64,8 @@ func TestFileCommands(t *testing.T) {
 	if out, err := run(t, "cat", "sluice:/x/s"); err != nil || out != "hello sluice\n" {
 		t.Fatalf("cat: %q %v", out, err)
 	}
-	if out, err := run(t, "status"); err != nil || !strings.Contains(out, "chain") || !strings.Contains(out, "Leader") {
+	if out, err := run(t, "status"); err != nil || !strings.Contains(out, "chain") || !strings.Contains(out, "Leader") ||
+		!strings.Contains(out, "iB free for files") {
 		t.Fatalf("status: %q %v", out, err)
 	}
 	if _, err := run(t, "cp", src, back); err == nil {

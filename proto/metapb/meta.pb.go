@@ -1046,6 +1046,7 @@ type RenameOp struct {
 	SrcName       string                 `protobuf:"bytes,2,opt,name=src_name,json=srcName,proto3" json:"src_name,omitempty"`
 	DstParent     uint64                 `protobuf:"varint,3,opt,name=dst_parent,json=dstParent,proto3" json:"dst_parent,omitempty"`
 	DstName       string                 `protobuf:"bytes,4,opt,name=dst_name,json=dstName,proto3" json:"dst_name,omitempty"`
+	NoReplace     bool                   `protobuf:"varint,5,opt,name=no_replace,json=noReplace,proto3" json:"no_replace,omitempty"` // fail with ErrExist if dst_name exists (RENAME_NOREPLACE)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1106,6 +1107,13 @@ func (x *RenameOp) GetDstName() string {
 		return x.DstName
 	}
 	return ""
+}
+
+func (x *RenameOp) GetNoReplace() bool {
+	if x != nil {
+		return x.NoReplace
+	}
+	return false
 }
 
 type SetattrOp struct {
@@ -1349,14 +1357,16 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x04name\x18\x03 \x01(\tR\x04name\"6\n" +
 	"\bRemoveOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
-	"\x04name\x18\x02 \x01(\tR\x04name\"~\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\"\x9d\x01\n" +
 	"\bRenameOp\x12\x1d\n" +
 	"\n" +
 	"src_parent\x18\x01 \x01(\x04R\tsrcParent\x12\x19\n" +
 	"\bsrc_name\x18\x02 \x01(\tR\asrcName\x12\x1d\n" +
 	"\n" +
 	"dst_parent\x18\x03 \x01(\x04R\tdstParent\x12\x19\n" +
-	"\bdst_name\x18\x04 \x01(\tR\adstName\"\xf9\x01\n" +
+	"\bdst_name\x18\x04 \x01(\tR\adstName\x12\x1d\n" +
+	"\n" +
+	"no_replace\x18\x05 \x01(\bR\tnoReplace\"\xf9\x01\n" +
 	"\tSetattrOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x17\n" +
 	"\x04mode\x18\x02 \x01(\rH\x00R\x04mode\x88\x01\x01\x12\x15\n" +

@@ -595,13 +595,16 @@ func (x *SymlinkRequest) GetGid() uint32 {
 }
 
 type RenameRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
-	To            string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
-	Client        uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
-	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
-	FromAt        uint64                 `protobuf:"varint,5,opt,name=from_at,json=fromAt,proto3" json:"from_at,omitempty"`
-	ToAt          uint64                 `protobuf:"varint,6,opt,name=to_at,json=toAt,proto3" json:"to_at,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	From   string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
+	To     string                 `protobuf:"bytes,2,opt,name=to,proto3" json:"to,omitempty"`
+	Client uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
+	Seq    uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	FromAt uint64                 `protobuf:"varint,5,opt,name=from_at,json=fromAt,proto3" json:"from_at,omitempty"`
+	ToAt   uint64                 `protobuf:"varint,6,opt,name=to_at,json=toAt,proto3" json:"to_at,omitempty"`
+	// no_replace fails the rename if `to` exists, checked and done in one
+	// step of the metadata group (renameat2's RENAME_NOREPLACE).
+	NoReplace     bool `protobuf:"varint,7,opt,name=no_replace,json=noReplace,proto3" json:"no_replace,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -676,6 +679,13 @@ func (x *RenameRequest) GetToAt() uint64 {
 		return x.ToAt
 	}
 	return 0
+}
+
+func (x *RenameRequest) GetNoReplace() bool {
+	if x != nil {
+		return x.NoReplace
+	}
+	return false
 }
 
 type StatusRequest struct {
@@ -1251,12 +1261,18 @@ func (*StatfsRequest) Descriptor() ([]byte, []int) {
 }
 
 type StatfsReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Inodes        uint64                 `protobuf:"varint,1,opt,name=inodes,proto3" json:"inodes,omitempty"`
-	Files         uint64                 `protobuf:"varint,2,opt,name=files,proto3" json:"files,omitempty"`
-	Bytes         uint64                 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"` // the files' lengths, added up
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Inodes uint64                 `protobuf:"varint,1,opt,name=inodes,proto3" json:"inodes,omitempty"`
+	Files  uint64                 `protobuf:"varint,2,opt,name=files,proto3" json:"files,omitempty"`
+	Bytes  uint64                 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"` // the files' lengths, added up
+	// The storage targets' disks as their last heartbeats reported them,
+	// divided by the replica count: what files can hold. Zero when no
+	// target has reported to this replica (only the leader hears them).
+	CapacityBytes    uint64 `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
+	FreeBytes        uint64 `protobuf:"varint,5,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	TargetsReporting uint32 `protobuf:"varint,6,opt,name=targets_reporting,json=targetsReporting,proto3" json:"targets_reporting,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *StatfsReply) Reset() {
@@ -1310,6 +1326,27 @@ func (x *StatfsReply) GetBytes() uint64 {
 	return 0
 }
 
+func (x *StatfsReply) GetCapacityBytes() uint64 {
+	if x != nil {
+		return x.CapacityBytes
+	}
+	return 0
+}
+
+func (x *StatfsReply) GetFreeBytes() uint64 {
+	if x != nil {
+		return x.FreeBytes
+	}
+	return 0
+}
+
+func (x *StatfsReply) GetTargetsReporting() uint32 {
+	if x != nil {
+		return x.TargetsReporting
+	}
+	return 0
+}
+
 var File_meta_v1_service_proto protoreflect.FileDescriptor
 
 const file_meta_v1_service_proto_rawDesc = "" +
@@ -1354,14 +1391,16 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x0e\n" +
 	"\x02at\x18\x05 \x01(\x04R\x02at\x12\x10\n" +
 	"\x03uid\x18\x06 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\a \x01(\rR\x03gid\"\x8b\x01\n" +
+	"\x03gid\x18\a \x01(\rR\x03gid\"\xaa\x01\n" +
 	"\rRenameRequest\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\x12\x16\n" +
 	"\x06client\x18\x03 \x01(\x04R\x06client\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x17\n" +
 	"\afrom_at\x18\x05 \x01(\x04R\x06fromAt\x12\x13\n" +
-	"\x05to_at\x18\x06 \x01(\x04R\x04toAt\"\x0f\n" +
+	"\x05to_at\x18\x06 \x01(\x04R\x04toAt\x12\x1d\n" +
+	"\n" +
+	"no_replace\x18\a \x01(\bR\tnoReplace\"\x0f\n" +
 	"\rStatusRequest\"\x92\x01\n" +
 	"\vStatusReply\x12\x16\n" +
 	"\x06leader\x18\x01 \x01(\tR\x06leader\x12\x14\n" +
@@ -1412,11 +1451,15 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x06new_at\x18\x04 \x01(\x04R\x05newAt\x12\x16\n" +
 	"\x06client\x18\x05 \x01(\x04R\x06client\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\"\x0f\n" +
-	"\rStatfsRequest\"Q\n" +
+	"\rStatfsRequest\"\xc4\x01\n" +
 	"\vStatfsReply\x12\x16\n" +
 	"\x06inodes\x18\x01 \x01(\x04R\x06inodes\x12\x14\n" +
 	"\x05files\x18\x02 \x01(\x04R\x05files\x12\x14\n" +
-	"\x05bytes\x18\x03 \x01(\x04R\x05bytes2\xda\b\n" +
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytes\x12%\n" +
+	"\x0ecapacity_bytes\x18\x04 \x01(\x04R\rcapacityBytes\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\x05 \x01(\x04R\tfreeBytes\x12+\n" +
+	"\x11targets_reporting\x18\x06 \x01(\rR\x10targetsReporting2\xda\b\n" +
 	"\x04Meta\x12:\n" +
 	"\x04Stat\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Inode\x12M\n" +
 	"\tBatchStat\x12 .sluice.meta.v1.BatchStatRequest\x1a\x1e.sluice.meta.v1.BatchStatReply\x12>\n" +

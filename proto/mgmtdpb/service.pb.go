@@ -64,6 +64,7 @@ type HeartbeatRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	Targets       []uint32               `protobuf:"varint,2,rep,packed,name=targets,proto3" json:"targets,omitempty"`
+	Space         []*TargetSpace         `protobuf:"bytes,3,rep,name=space,proto3" json:"space,omitempty"` // the targets' disks, as of this heartbeat
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -112,15 +113,91 @@ func (x *HeartbeatRequest) GetTargets() []uint32 {
 	return nil
 }
 
+func (x *HeartbeatRequest) GetSpace() []*TargetSpace {
+	if x != nil {
+		return x.Space
+	}
+	return nil
+}
+
+// TargetSpace is a target's disk: its file system's size and what is free
+// for the target to use.
+type TargetSpace struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        uint32                 `protobuf:"varint,1,opt,name=target,proto3" json:"target,omitempty"`
+	TotalBytes    uint64                 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	FreeBytes     uint64                 `protobuf:"varint,3,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetSpace) Reset() {
+	*x = TargetSpace{}
+	mi := &file_mgmtd_v1_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetSpace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetSpace) ProtoMessage() {}
+
+func (x *TargetSpace) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetSpace.ProtoReflect.Descriptor instead.
+func (*TargetSpace) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *TargetSpace) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *TargetSpace) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *TargetSpace) GetFreeBytes() uint64 {
+	if x != nil {
+		return x.FreeBytes
+	}
+	return 0
+}
+
 var File_mgmtd_v1_service_proto protoreflect.FileDescriptor
 
 const file_mgmtd_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"\x16mgmtd/v1/service.proto\x12\x0fsluice.mgmtd.v1\x1a\x14mgmtd/v1/mgmtd.proto\"\a\n" +
-	"\x05Empty\"@\n" +
+	"\x05Empty\"t\n" +
 	"\x10HeartbeatRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
-	"\atargets\x18\x02 \x03(\rR\atargets2\xb3\x03\n" +
+	"\atargets\x18\x02 \x03(\rR\atargets\x122\n" +
+	"\x05space\x18\x03 \x03(\v2\x1c.sluice.mgmtd.v1.TargetSpaceR\x05space\"e\n" +
+	"\vTargetSpace\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\rR\x06target\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
+	"totalBytes\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes2\xb3\x03\n" +
 	"\x05Mgmtd\x12A\n" +
 	"\bRegister\x12\x1d.sluice.mgmtd.v1.RegisterNode\x1a\x16.sluice.mgmtd.v1.Empty\x12F\n" +
 	"\tHeartbeat\x12!.sluice.mgmtd.v1.HeartbeatRequest\x1a\x16.sluice.mgmtd.v1.Empty\x12E\n" +
@@ -141,33 +218,35 @@ func file_mgmtd_v1_service_proto_rawDescGZIP() []byte {
 	return file_mgmtd_v1_service_proto_rawDescData
 }
 
-var file_mgmtd_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_mgmtd_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
 var file_mgmtd_v1_service_proto_goTypes = []any{
 	(*Empty)(nil),            // 0: sluice.mgmtd.v1.Empty
 	(*HeartbeatRequest)(nil), // 1: sluice.mgmtd.v1.HeartbeatRequest
-	(*RegisterNode)(nil),     // 2: sluice.mgmtd.v1.RegisterNode
-	(*TargetSynced)(nil),     // 3: sluice.mgmtd.v1.TargetSynced
-	(*CreateChainTable)(nil), // 4: sluice.mgmtd.v1.CreateChainTable
-	(*ClusterMap)(nil),       // 5: sluice.mgmtd.v1.ClusterMap
+	(*TargetSpace)(nil),      // 2: sluice.mgmtd.v1.TargetSpace
+	(*RegisterNode)(nil),     // 3: sluice.mgmtd.v1.RegisterNode
+	(*TargetSynced)(nil),     // 4: sluice.mgmtd.v1.TargetSynced
+	(*CreateChainTable)(nil), // 5: sluice.mgmtd.v1.CreateChainTable
+	(*ClusterMap)(nil),       // 6: sluice.mgmtd.v1.ClusterMap
 }
 var file_mgmtd_v1_service_proto_depIdxs = []int32{
-	2, // 0: sluice.mgmtd.v1.Mgmtd.Register:input_type -> sluice.mgmtd.v1.RegisterNode
-	1, // 1: sluice.mgmtd.v1.Mgmtd.Heartbeat:input_type -> sluice.mgmtd.v1.HeartbeatRequest
-	3, // 2: sluice.mgmtd.v1.Mgmtd.ReportSynced:input_type -> sluice.mgmtd.v1.TargetSynced
-	4, // 3: sluice.mgmtd.v1.Mgmtd.CreateTable:input_type -> sluice.mgmtd.v1.CreateChainTable
-	0, // 4: sluice.mgmtd.v1.Mgmtd.GetClusterMap:input_type -> sluice.mgmtd.v1.Empty
-	0, // 5: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:input_type -> sluice.mgmtd.v1.Empty
-	0, // 6: sluice.mgmtd.v1.Mgmtd.Register:output_type -> sluice.mgmtd.v1.Empty
-	0, // 7: sluice.mgmtd.v1.Mgmtd.Heartbeat:output_type -> sluice.mgmtd.v1.Empty
-	0, // 8: sluice.mgmtd.v1.Mgmtd.ReportSynced:output_type -> sluice.mgmtd.v1.Empty
-	0, // 9: sluice.mgmtd.v1.Mgmtd.CreateTable:output_type -> sluice.mgmtd.v1.Empty
-	5, // 10: sluice.mgmtd.v1.Mgmtd.GetClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
-	5, // 11: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
-	6, // [6:12] is the sub-list for method output_type
-	0, // [0:6] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	2, // 0: sluice.mgmtd.v1.HeartbeatRequest.space:type_name -> sluice.mgmtd.v1.TargetSpace
+	3, // 1: sluice.mgmtd.v1.Mgmtd.Register:input_type -> sluice.mgmtd.v1.RegisterNode
+	1, // 2: sluice.mgmtd.v1.Mgmtd.Heartbeat:input_type -> sluice.mgmtd.v1.HeartbeatRequest
+	4, // 3: sluice.mgmtd.v1.Mgmtd.ReportSynced:input_type -> sluice.mgmtd.v1.TargetSynced
+	5, // 4: sluice.mgmtd.v1.Mgmtd.CreateTable:input_type -> sluice.mgmtd.v1.CreateChainTable
+	0, // 5: sluice.mgmtd.v1.Mgmtd.GetClusterMap:input_type -> sluice.mgmtd.v1.Empty
+	0, // 6: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:input_type -> sluice.mgmtd.v1.Empty
+	0, // 7: sluice.mgmtd.v1.Mgmtd.Register:output_type -> sluice.mgmtd.v1.Empty
+	0, // 8: sluice.mgmtd.v1.Mgmtd.Heartbeat:output_type -> sluice.mgmtd.v1.Empty
+	0, // 9: sluice.mgmtd.v1.Mgmtd.ReportSynced:output_type -> sluice.mgmtd.v1.Empty
+	0, // 10: sluice.mgmtd.v1.Mgmtd.CreateTable:output_type -> sluice.mgmtd.v1.Empty
+	6, // 11: sluice.mgmtd.v1.Mgmtd.GetClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
+	6, // 12: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
+	7, // [7:13] is the sub-list for method output_type
+	1, // [1:7] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_mgmtd_v1_service_proto_init() }
@@ -182,7 +261,7 @@ func file_mgmtd_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mgmtd_v1_service_proto_rawDesc), len(file_mgmtd_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   3,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

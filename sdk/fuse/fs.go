@@ -31,9 +31,6 @@ type Config struct {
 	// settable as root only): it decides how many of a sequential reader's
 	// requests are in flight at once.
 	KernelReadahead int
-	// Capacity is the size df reports (1 PiB): storage does not report
-	// its capacity yet, so free space is Capacity less the files' bytes.
-	Capacity uint64
 	// AllowOther lets users other than the mounting one in (permission
 	// checks still apply).
 	AllowOther bool
@@ -55,9 +52,6 @@ func (c *Config) defaults() {
 	}
 	if c.KernelReadahead <= 0 {
 		c.KernelReadahead = 8 << 20
-	}
-	if c.Capacity == 0 {
-		c.Capacity = 1 << 50
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -263,16 +257,11 @@ func (fs *FS) Rename(cancel <-chan struct{}, in *gofuse.RenameIn, oldName, newNa
 	defer done()
 	switch in.Flags {
 	case 0:
+		return fs.errno("rename", in.NodeId, fs.c.RenameAt(ctx, in.NodeId, oldName, in.Newdir, newName))
 	case renameNoReplace:
-		if _, err := fs.c.StatAt(ctx, in.Newdir, newName); err == nil {
-			return gofuse.Status(syscall.EEXIST)
-		} else if !errors.Is(err, sdk.ErrNotExist) {
-			return fs.errno("rename", in.NodeId, err)
-		}
-	default:
-		return gofuse.EINVAL // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported
+		return fs.errno("rename", in.NodeId, fs.c.RenameNoReplaceAt(ctx, in.NodeId, oldName, in.Newdir, newName))
 	}
-	return fs.errno("rename", in.NodeId, fs.c.RenameAt(ctx, in.NodeId, oldName, in.Newdir, newName))
+	return gofuse.EINVAL // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported
 }
 
 func (fs *FS) Link(cancel <-chan struct{}, in *gofuse.LinkIn, name string, out *gofuse.EntryOut) gofuse.Status {
@@ -340,10 +329,12 @@ func (fs *FS) StatFs(cancel <-chan struct{}, h *gofuse.InHeader, out *gofuse.Sta
 	if err != nil {
 		return fs.errno("statfs", h.NodeId, err)
 	}
+	// Sizes are the storage targets' disks over the replica count, as
+	// their heartbeats last reported them (sdk.Usage).
 	const bsize = 4096
-	used := (u.Bytes + bsize - 1) / bsize
-	total := max(fs.cfg.Capacity/bsize, used)
-	*out = gofuse.StatfsOut{Blocks: total, Bfree: total - used, Bavail: total - used,
+	total := max(u.Capacity/bsize, (u.Bytes+bsize-1)/bsize)
+	free := min(u.Free/bsize, total)
+	*out = gofuse.StatfsOut{Blocks: total, Bfree: free, Bavail: free,
 		Files: u.Inodes + 1<<32, Ffree: 1 << 32, Bsize: bsize, Frsize: bsize, NameLen: 255}
 	return gofuse.OK
 }

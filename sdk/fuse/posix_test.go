@@ -276,6 +276,18 @@ func TestOperations(t *testing.T) {
 		if st.Namelen != 255 || st.Blocks == 0 || st.Bfree > st.Blocks || st.Files < 5 || st.Bsize != 4096 {
 			t.Fatalf("statfs: %+v", st)
 		}
+		// The mount's size is its storage's: three targets on the test's
+		// disk in chains of three hold what that disk holds.
+		// (Their first heartbeats may still be on the way.)
+		var disk syscall.Statfs_t
+		must(t, syscall.Statfs(os.TempDir(), &disk))
+		want := disk.Blocks * uint64(disk.Bsize)
+		for deadline := time.Now().Add(5 * time.Second); st.Blocks*uint64(st.Bsize) < want/2 && time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			must(t, syscall.Statfs(mt.dir, &st))
+		}
+		if got := st.Blocks * uint64(st.Bsize); got > want || got < want-want/50 {
+			t.Fatalf("statfs: %d bytes in all, the disk under the targets has %d", got, want)
+		}
 		must(t, syscall.Access(at("a"), 6)) // read and write, as root
 		if err := syscall.Access(at("missing"), 4); errnoOf(err) != syscall.ENOENT {
 			t.Fatalf("access of a missing file: %v", err)

@@ -144,7 +144,9 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	c.spawn(func() { det.Run(bg) })
 	unary, stream := rpc.TokenAuth(cfg.Token)
 	c.gs = grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
-	metapb.RegisterMetaServer(c.gs, meta.NewService(c.replica))
+	metaSvc := meta.NewService(c.replica)
+	metaSvc.ReportSpace(det.Space)
+	metapb.RegisterMetaServer(c.gs, metaSvc)
 	mgmtdpb.RegisterMgmtdServer(c.gs, mgmtd.NewService(c.replica, det))
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
@@ -317,6 +319,15 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		return fail(fmt.Errorf("cluster: register node %s: %w", cfg.NodeID, err))
 	}
 	agent = mgmtd.RebindAgent(agent, actx)
+	agent.Space = func() []*mgmtdpb.TargetSpace {
+		var out []*mgmtdpb.TargetSpace
+		for id, e := range targets {
+			if total, free, err := e.Space(); err == nil {
+				out = append(out, &mgmtdpb.TargetSpace{Target: uint32(id), TotalBytes: total, FreeBytes: free})
+			}
+		}
+		return out
+	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()

@@ -118,7 +118,11 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 	case *metapb.Command_Rmdir:
 		err = f.ns.Rmdir(op.Rmdir.Parent, op.Rmdir.Name, now)
 	case *metapb.Command_Rename:
-		err = f.ns.Rename(op.Rename.SrcParent, op.Rename.SrcName, op.Rename.DstParent, op.Rename.DstName, now)
+		if op.Rename.NoReplace {
+			err = f.ns.RenameNoReplace(op.Rename.SrcParent, op.Rename.SrcName, op.Rename.DstParent, op.Rename.DstName, now)
+		} else {
+			err = f.ns.Rename(op.Rename.SrcParent, op.Rename.SrcName, op.Rename.DstParent, op.Rename.DstName, now)
+		}
 	case *metapb.Command_Setattr:
 		s := op.Setattr
 		in, err = f.ns.Setattr(s.Ino, SetAttr{Mode: s.Mode, UID: s.Uid, GID: s.Gid, Size: s.Size, Atime: s.AtimeNs, Mtime: s.MtimeNs}, now)

@@ -459,6 +459,17 @@ func (ns *Namespace) emptyDir(b *pebble.Batch, ino uint64) (bool, error) {
 // Rename moves srcName in srcParent to dstName in dstParent, atomically,
 // replacing a file there, or an empty directory by a directory.
 func (ns *Namespace) Rename(srcParent uint64, srcName string, dstParent uint64, dstName string, now int64) error {
+	return ns.rename(srcParent, srcName, dstParent, dstName, false, now)
+}
+
+// RenameNoReplace is Rename that fails with ErrExist, changing nothing,
+// when dstName exists (renameat2's RENAME_NOREPLACE): the check and the
+// rename are one batch, so no other name can appear in between.
+func (ns *Namespace) RenameNoReplace(srcParent uint64, srcName string, dstParent uint64, dstName string, now int64) error {
+	return ns.rename(srcParent, srcName, dstParent, dstName, true, now)
+}
+
+func (ns *Namespace) rename(srcParent uint64, srcName string, dstParent uint64, dstName string, noReplace bool, now int64) error {
 	if err := CheckName(srcName); err != nil {
 		return err
 	}
@@ -480,6 +491,13 @@ func (ns *Namespace) Rename(srcParent uint64, srcName string, dstParent uint64, 
 		ino, t, err := lookup(r, srcParent, srcName)
 		if err != nil {
 			return err
+		}
+		if noReplace {
+			if _, _, err := lookup(r, dstParent, dstName); err == nil {
+				return fmt.Errorf("rename to %q: %w", dstName, ErrExist)
+			} else if !errors.Is(err, ErrNotFound) {
+				return err
+			}
 		}
 		if srcParent == dstParent && srcName == dstName {
 			return nil

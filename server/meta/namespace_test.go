@@ -116,6 +116,9 @@ func TestErrors(t *testing.T) {
 		{"file over a directory", func() error { return ns.Rename(d.Ino, "f", d.Ino, "sub", 1) }, ErrIsDir},
 		{"rename missing", func() error { return ns.Rename(d.Ino, "nope", d.Ino, "x", 1) }, ErrNotFound},
 		{"rename to a bad name", func() error { return ns.Rename(d.Ino, "f", d.Ino, "..", 1) }, ErrInvalidName},
+		{"rename without replacing, over a directory", func() error { return ns.RenameNoReplace(d.Ino, "f", d.Ino, "sub", 1) }, ErrExist},
+		{"rename without replacing, onto itself", func() error { return ns.RenameNoReplace(d.Ino, "f", d.Ino, "f", 1) }, ErrExist},
+		{"rename without replacing, from nothing", func() error { return ns.RenameNoReplace(d.Ino, "nope", d.Ino, "x", 1) }, ErrNotFound},
 	}
 	for _, c := range cases {
 		if err := c.op(); !errors.Is(err, c.want) {
@@ -272,5 +275,28 @@ func TestSetattrAndRestart(t *testing.T) {
 	// The root is made once, not again at every open.
 	if n := must(ns.Statfs())(t).Inodes; n != 2 {
 		t.Fatalf("%d inodes after restart, want 2", n)
+	}
+}
+
+// TestRenameNoReplace: without replacing, a rename to a free name is an
+// ordinary rename, and one to a taken name changes neither name.
+func TestRenameNoReplace(t *testing.T) {
+	ns := newNS(t)
+	f := must(ns.Create(RootIno, "f", at))(t)
+	g := must(ns.Create(RootIno, "g", at))(t)
+	if err := ns.RenameNoReplace(RootIno, "f", RootIno, "g", 2000); !errors.Is(err, ErrExist) {
+		t.Fatalf("over g: %v", err)
+	}
+	if a, b := must(ns.Resolve("/f"))(t), must(ns.Resolve("/g"))(t); a.Ino != f.Ino || b.Ino != g.Ino {
+		t.Fatalf("a refused rename moved names: /f=%d /g=%d", a.Ino, b.Ino)
+	}
+	if err := ns.RenameNoReplace(RootIno, "f", RootIno, "h", 3000); err != nil {
+		t.Fatal(err)
+	}
+	if h := must(ns.Resolve("/h"))(t); h.Ino != f.Ino {
+		t.Fatalf("/h is %d, want %d", h.Ino, f.Ino)
+	}
+	if _, err := ns.Resolve("/f"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("/f after the rename: %v", err)
 	}
 }

@@ -23,11 +23,16 @@ import (
 // never apply to the wrong place.
 type Service struct {
 	metapb.UnimplementedMetaServer
-	r *Replica
+	r     *Replica
+	space func() (total, free uint64, targets int)
 }
 
 // NewService serves r.
 func NewService(r *Replica) *Service { return &Service{r: r} }
+
+// ReportSpace has Statfs answer with the storage targets' space as space
+// adds it up (mgmtd.Detector.Space on the same replica).
+func (s *Service) ReportSpace(space func() (total, free uint64, targets int)) { s.space = space }
 
 // where turns a request's (at, path) into the inode to walk from and a
 // clean path to walk: with at set, path is relative to directory inode at
@@ -226,7 +231,7 @@ func (s *Service) Rename(ctx context.Context, req *metapb.RenameRequest) (*metap
 		return nil, toStatus(err)
 	}
 	_, err = s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
-		Op: &metapb.Command_Rename{Rename: &metapb.RenameOp{SrcParent: sp, SrcName: sn, DstParent: dp, DstName: dn}}})
+		Op: &metapb.Command_Rename{Rename: &metapb.RenameOp{SrcParent: sp, SrcName: sn, DstParent: dp, DstName: dn, NoReplace: req.NoReplace}}})
 	return &metapb.Empty{}, err
 }
 
@@ -301,7 +306,8 @@ func (s *Service) Link(ctx context.Context, req *metapb.LinkRequest) (*metapb.In
 		Op: &metapb.Command_Link{Link: &metapb.LinkOp{Ino: in.Ino, Parent: parent, Name: name}}})
 }
 
-// Statfs counts the namespace's inodes, files and bytes.
+// Statfs counts the namespace's inodes, files and bytes, and says how much
+// the storage targets can hold (see ReportSpace).
 func (s *Service) Statfs(ctx context.Context, req *metapb.StatfsRequest) (*metapb.StatfsReply, error) {
 	var u Usage
 	err := s.r.Read(ctx, func(ns *Namespace) error {
@@ -309,7 +315,20 @@ func (s *Service) Statfs(ctx context.Context, req *metapb.StatfsRequest) (*metap
 		u, err = ns.Statfs()
 		return err
 	})
-	return &metapb.StatfsReply{Inodes: u.Inodes, Files: u.Files, Bytes: u.Bytes}, toStatus(err)
+	reply := &metapb.StatfsReply{Inodes: u.Inodes, Files: u.Files, Bytes: u.Bytes}
+	if s.space != nil && err == nil {
+		total, free, n := s.space()
+		// Every byte is stored once per replica: count by the longest
+		// chains, so the figure never promises more than fits.
+		replicas := uint64(1)
+		if m, err := s.r.ClusterMap(); err == nil {
+			for _, t := range m.Tables {
+				replicas = max(replicas, uint64(t.Replicas))
+			}
+		}
+		reply.CapacityBytes, reply.FreeBytes, reply.TargetsReporting = total/replicas, free/replicas, uint32(n)
+	}
+	return reply, toStatus(err)
 }
 
 func (s *Service) AddMember(ctx context.Context, req *metapb.MemberRequest) (*metapb.Empty, error) {

@@ -19,6 +19,8 @@ type Agent struct {
 	interval time.Duration
 	log      *slog.Logger
 	ctx      context.Context // carries the token
+	// Space, if set, reports the targets' disks with every heartbeat.
+	Space func() []*mgmtdpb.TargetSpace
 }
 
 // NewAgent registers node with targets and returns its agent. ctx carries
@@ -49,7 +51,11 @@ func (a *Agent) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		hctx, cancel := context.WithTimeout(a.ctx, 2*a.interval) // a hung call must not outlast the lease
-		if _, err := a.client.Heartbeat(hctx, &mgmtdpb.HeartbeatRequest{Node: a.node.Id, Targets: a.targets}); err != nil {
+		req := &mgmtdpb.HeartbeatRequest{Node: a.node.Id, Targets: a.targets}
+		if a.Space != nil {
+			req.Space = a.Space()
+		}
+		if _, err := a.client.Heartbeat(hctx, req); err != nil {
 			a.log.Debug("heartbeat failed", "err", err)
 		}
 		cancel()

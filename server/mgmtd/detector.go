@@ -3,6 +3,7 @@ package mgmtd
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,6 +34,7 @@ type Detector struct {
 
 	mu     sync.Mutex
 	seen   map[uint32]time.Time
+	space  map[uint32]*mgmtdpb.TargetSpace // as last reported
 	leader bool
 
 	lapsed prometheus.Counter
@@ -47,17 +49,22 @@ func NewDetector(p Proposer, lease time.Duration, log *slog.Logger) *Detector {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Detector{p: p, lease: lease, log: log, seen: map[uint32]time.Time{},
+	return &Detector{p: p, lease: lease, log: log, seen: map[uint32]time.Time{}, space: map[uint32]*mgmtdpb.TargetSpace{},
 		lapsed: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_mgmtd_leases_lapsed_total", Help: "Target leases that lapsed (heartbeats missed), taking the target offline."})}
 }
 
-// Heartbeat records that a node's targets are alive; an offline one is
-// brought back as syncing.
-func (d *Detector) Heartbeat(ctx context.Context, targets []uint32) error {
+// Heartbeat records that a node's targets are alive, with their disks'
+// space as the node reports it; an offline one is brought back as syncing.
+func (d *Detector) Heartbeat(ctx context.Context, targets []uint32, space []*mgmtdpb.TargetSpace) error {
 	now := time.Now()
 	d.mu.Lock()
 	for _, t := range targets {
 		d.seen[t] = now
+	}
+	for _, sp := range space {
+		if slices.Contains(targets, sp.Target) && sp.FreeBytes <= sp.TotalBytes {
+			d.space[sp.Target] = sp
+		}
 	}
 	d.mu.Unlock()
 	if !d.p.IsLeader() {
@@ -76,6 +83,21 @@ func (d *Detector) Heartbeat(ctx context.Context, targets []uint32) error {
 		}
 	}
 	return nil
+}
+
+// Space adds up the disks of the targets whose lease is current, as their
+// last heartbeats reported them: a target that stopped heartbeating holds
+// nothing anyone can write to.
+func (d *Detector) Space() (total, free uint64, targets int) {
+	now := time.Now()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for id, sp := range d.space {
+		if now.Sub(d.seen[id]) <= d.lease {
+			total, free, targets = total+sp.TotalBytes, free+sp.FreeBytes, targets+1
+		}
+	}
+	return total, free, targets
 }
 
 // Run checks leases every quarter lease until ctx ends.

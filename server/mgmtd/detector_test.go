@@ -43,7 +43,7 @@ func TestDetector(t *testing.T) {
 			if twoBeats.Load() {
 				alive = append(alive, 2)
 			}
-			d.Heartbeat(ctx, alive)
+			d.Heartbeat(ctx, alive, nil)
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
@@ -89,5 +89,34 @@ func TestDetector(t *testing.T) {
 	m = wait("target 2 serving", func(m *mgmtdpb.ClusterMap) bool { return state(m, 2) == mgmtdpb.TargetState_SERVING })
 	if r := mgmtd.Routing(m); len(r.Chains[1].Targets) != 3 || r.Chains[1].Version != 4 {
 		t.Fatalf("routing %+v", r.Chains)
+	}
+}
+
+// TestDetectorSpace: the space a node reports is added up over targets
+// whose lease is current; a report for a target the heartbeat does not
+// name, or with more free than total, is ignored.
+func TestDetectorSpace(t *testing.T) {
+	r := soloReplica(t, &metapb.Layout{ChunkSize: 1 << 20, Stripe: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	const lease = 300 * time.Millisecond
+	d := mgmtd.NewDetector(r, lease, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	sp := func(target uint32, total, free uint64) *mgmtdpb.TargetSpace {
+		return &mgmtdpb.TargetSpace{Target: target, TotalBytes: total, FreeBytes: free}
+	}
+	if err := d.Heartbeat(ctx, []uint32{1, 2}, []*mgmtdpb.TargetSpace{sp(1, 100, 40), sp(2, 200, 50), sp(3, 1000, 1000)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Heartbeat(ctx, []uint32{4}, []*mgmtdpb.TargetSpace{sp(4, 10, 20)}); err != nil {
+		t.Fatal(err)
+	}
+	if total, free, n := d.Space(); total != 300 || free != 90 || n != 2 {
+		t.Fatalf("space: %d total, %d free, %d targets; want 300, 90, 2", total, free, n)
+	}
+	time.Sleep(lease / 2)
+	d.Heartbeat(ctx, []uint32{2}, []*mgmtdpb.TargetSpace{sp(2, 200, 30)})
+	time.Sleep(lease/2 + 50*time.Millisecond)
+	if total, free, n := d.Space(); total != 200 || free != 30 || n != 1 {
+		t.Fatalf("after target 1's lease lapsed: %d total, %d free, %d targets; want 200, 30, 1", total, free, n)
 	}
 }

@@ -63,7 +63,7 @@ func (s *Service) Heartbeat(ctx context.Context, req *mgmtdpb.HeartbeatRequest) 
 	if !s.g.IsLeader() {
 		return nil, status.Error(codes.Unavailable, "mgmtd: not the leader")
 	}
-	if err := s.d.Heartbeat(ctx, req.Targets); err != nil {
+	if err := s.d.Heartbeat(ctx, req.Targets, req.Space); err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	return &mgmtdpb.Empty{}, nil

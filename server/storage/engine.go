@@ -145,6 +145,16 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	return e, nil
 }
 
+// Space is the size of the target's file system and what is free on it
+// for the target (statfs: blocks available to unprivileged users).
+func (e *Engine) Space() (total, free uint64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(e.cfg.Dir, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", e.cfg.Dir, err)
+	}
+	return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize), nil
+}
+
 // Close closes the metadata store and the open chunk files.
 func (e *Engine) Close() error {
 	e.files.close()
