@@ -132,5 +132,8 @@ func (c *Client) OpenAt(ctx context.Context, at uint64, p string, write bool) (*
 	if at == 0 {
 		name = path.Clean("/" + strings.TrimPrefix(p, "/"))
 	}
+	if !write {
+		c.leases.hold(r.Inode.Ino) // the open took the first lease
+	}
 	return &File{c: c, name: name, in: r.Inode, chains: r.Chains, session: r.Session, size: r.Inode.Size}, nil
 }

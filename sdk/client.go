@@ -59,6 +59,9 @@ type Client struct {
 	store   *storage.Client
 	id      uint64
 	seq     atomic.Uint64
+	log     *slog.Logger
+	leases  readLeases
+	wg      sync.WaitGroup // renewLeases
 }
 
 // Connect connects to a cluster.
@@ -75,7 +78,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Client{}
+	c := &Client{log: cfg.Logger}
 	var b [8]byte
 	rand.Read(b[:])
 	c.id = binary.LittleEndian.Uint64(b[:]) | 1
@@ -107,6 +110,11 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		return fail(err)
 	}
 	c.store = storage.NewClient(c.ep, c.routing)
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		c.renewLeases(c.ctx, leaseRenewal)
+	}()
 	return c, nil
 }
 
@@ -115,6 +123,7 @@ func (c *Client) Close() error {
 	if c.cancel != nil {
 		c.cancel()
 	}
+	c.wg.Wait()
 	if c.ep != nil {
 		c.ep.Close()
 	}

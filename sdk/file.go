@@ -191,6 +191,7 @@ func (f *File) Close() error {
 	size := f.size
 	f.mu.Unlock()
 	if f.session == 0 {
+		f.c.leases.release(f.in.Ino)
 		return nil
 	}
 	return f.c.closeSession(context.Background(), f, size, false)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/server/cluster"
+	"github.com/sluicefs/sluice/server/meta"
 )
 
 func startCluster(t *testing.T, dir string) *cluster.Cluster {
@@ -262,5 +263,58 @@ func TestInProcessFabric(t *testing.T) {
 		}
 		buf.Release()
 		rf.Close()
+	}
+}
+
+// TestUnlinkedWhileOpen: a file unlinked while a client has it open for
+// reading keeps its chunks until it is closed, as on a local disk; once it
+// is closed and its read lease has run out, the collector takes them.
+func TestUnlinkedWhileOpen(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), Targets: 3, ChunkSize: 64 << 10, CollectDelay: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reader, other := connect(t, c), connect(t, c)
+	defer reader.Close()
+	defer other.Close()
+	data := fabrictest.RandBytes(21, 200<<10)
+	if err := other.WriteFile(ctx, "/f", data); err != nil {
+		t.Fatal(err)
+	}
+	f, err := reader.Open(ctx, "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Remove(ctx, "/f"); err != nil {
+		t.Fatal(err)
+	}
+	collect := func(now time.Time) int {
+		for {
+			n, err := c.Collect(ctx, now)
+			if err == nil {
+				return n
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("collect: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond) // its storage client is still starting
+		}
+	}
+	time.Sleep(10 * time.Millisecond) // past the collect delay
+	if n := collect(time.Now()); n != 0 {
+		t.Fatalf("the collector took %d files, one of them open", n)
+	}
+	got := make([]byte, len(data))
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("reading the unlinked open file: %v, equal=%v", err, bytes.Equal(got, data))
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := collect(time.Now().Add(meta.ReadLease + time.Second)); n != 1 {
+		t.Fatalf("after the close and its lease the collector took %d files, want 1", n)
 	}
 }

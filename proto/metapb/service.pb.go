@@ -1021,6 +1021,58 @@ func (x *CloseRequest) GetKeepOpen() bool {
 	return false
 }
 
+type KeepOpenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Client        uint64                 `protobuf:"varint,1,opt,name=client,proto3" json:"client,omitempty"`
+	Inodes        []uint64               `protobuf:"varint,2,rep,packed,name=inodes,proto3" json:"inodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeepOpenRequest) Reset() {
+	*x = KeepOpenRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeepOpenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeepOpenRequest) ProtoMessage() {}
+
+func (x *KeepOpenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeepOpenRequest.ProtoReflect.Descriptor instead.
+func (*KeepOpenRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *KeepOpenRequest) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *KeepOpenRequest) GetInodes() []uint64 {
+	if x != nil {
+		return x.Inodes
+	}
+	return nil
+}
+
 // SetattrRequest changes the attributes that are set.
 type SetattrRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1040,7 +1092,7 @@ type SetattrRequest struct {
 
 func (x *SetattrRequest) Reset() {
 	*x = SetattrRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[15]
+	mi := &file_meta_v1_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1104,7 @@ func (x *SetattrRequest) String() string {
 func (*SetattrRequest) ProtoMessage() {}
 
 func (x *SetattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[15]
+	mi := &file_meta_v1_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1117,7 @@ func (x *SetattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrRequest.ProtoReflect.Descriptor instead.
 func (*SetattrRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{15}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SetattrRequest) GetPath() string {
@@ -1154,7 +1206,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[16]
+	mi := &file_meta_v1_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1218,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[16]
+	mi := &file_meta_v1_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1231,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{16}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LinkRequest) GetPath() string {
@@ -1232,7 +1284,7 @@ type StatfsRequest struct {
 
 func (x *StatfsRequest) Reset() {
 	*x = StatfsRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[17]
+	mi := &file_meta_v1_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1244,7 +1296,7 @@ func (x *StatfsRequest) String() string {
 func (*StatfsRequest) ProtoMessage() {}
 
 func (x *StatfsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[17]
+	mi := &file_meta_v1_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1257,7 +1309,7 @@ func (x *StatfsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsRequest.ProtoReflect.Descriptor instead.
 func (*StatfsRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{17}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{18}
 }
 
 type StatfsReply struct {
@@ -1277,7 +1329,7 @@ type StatfsReply struct {
 
 func (x *StatfsReply) Reset() {
 	*x = StatfsReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[18]
+	mi := &file_meta_v1_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1289,7 +1341,7 @@ func (x *StatfsReply) String() string {
 func (*StatfsReply) ProtoMessage() {}
 
 func (x *StatfsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[18]
+	mi := &file_meta_v1_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1302,7 +1354,7 @@ func (x *StatfsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsReply.ProtoReflect.Descriptor instead.
 func (*StatfsReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{18}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatfsReply) GetInodes() uint64 {
@@ -1425,7 +1477,10 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x06client\x18\x04 \x01(\x04R\x06client\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x1b\n" +
 	"\tkeep_open\x18\x06 \x01(\bR\bkeepOpenB\a\n" +
-	"\x05_size\"\xba\x02\n" +
+	"\x05_size\"A\n" +
+	"\x0fKeepOpenRequest\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\x04R\x06client\x12\x16\n" +
+	"\x06inodes\x18\x02 \x03(\x04R\x06inodes\"\xba\x02\n" +
 	"\x0eSetattrRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\x04R\x02at\x12\x17\n" +
@@ -1459,7 +1514,7 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x0ecapacity_bytes\x18\x04 \x01(\x04R\rcapacityBytes\x12\x1d\n" +
 	"\n" +
 	"free_bytes\x18\x05 \x01(\x04R\tfreeBytes\x12+\n" +
-	"\x11targets_reporting\x18\x06 \x01(\rR\x10targetsReporting2\xda\b\n" +
+	"\x11targets_reporting\x18\x06 \x01(\rR\x10targetsReporting2\x9e\t\n" +
 	"\x04Meta\x12:\n" +
 	"\x04Stat\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Inode\x12M\n" +
 	"\tBatchStat\x12 .sluice.meta.v1.BatchStatRequest\x1a\x1e.sluice.meta.v1.BatchStatReply\x12>\n" +
@@ -1472,7 +1527,8 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x06Rename\x12\x1d.sluice.meta.v1.RenameRequest\x1a\x15.sluice.meta.v1.Empty\x12D\n" +
 	"\x06Status\x12\x1d.sluice.meta.v1.StatusRequest\x1a\x1b.sluice.meta.v1.StatusReply\x12>\n" +
 	"\x04Open\x12\x1b.sluice.meta.v1.OpenRequest\x1a\x19.sluice.meta.v1.OpenReply\x12<\n" +
-	"\x05Close\x12\x1c.sluice.meta.v1.CloseRequest\x1a\x15.sluice.meta.v1.Empty\x12@\n" +
+	"\x05Close\x12\x1c.sluice.meta.v1.CloseRequest\x1a\x15.sluice.meta.v1.Empty\x12B\n" +
+	"\bKeepOpen\x12\x1f.sluice.meta.v1.KeepOpenRequest\x1a\x15.sluice.meta.v1.Empty\x12@\n" +
 	"\aSetattr\x12\x1e.sluice.meta.v1.SetattrRequest\x1a\x15.sluice.meta.v1.Inode\x12:\n" +
 	"\x04Link\x12\x1b.sluice.meta.v1.LinkRequest\x1a\x15.sluice.meta.v1.Inode\x12D\n" +
 	"\x06Statfs\x12\x1d.sluice.meta.v1.StatfsRequest\x1a\x1b.sluice.meta.v1.StatfsReply\x12A\n" +
@@ -1491,7 +1547,7 @@ func file_meta_v1_service_proto_rawDescGZIP() []byte {
 	return file_meta_v1_service_proto_rawDescData
 }
 
-var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_meta_v1_service_proto_goTypes = []any{
 	(*MemberRequest)(nil),    // 0: sluice.meta.v1.MemberRequest
 	(*Empty)(nil),            // 1: sluice.meta.v1.Empty
@@ -1508,18 +1564,19 @@ var file_meta_v1_service_proto_goTypes = []any{
 	(*OpenRequest)(nil),      // 12: sluice.meta.v1.OpenRequest
 	(*OpenReply)(nil),        // 13: sluice.meta.v1.OpenReply
 	(*CloseRequest)(nil),     // 14: sluice.meta.v1.CloseRequest
-	(*SetattrRequest)(nil),   // 15: sluice.meta.v1.SetattrRequest
-	(*LinkRequest)(nil),      // 16: sluice.meta.v1.LinkRequest
-	(*StatfsRequest)(nil),    // 17: sluice.meta.v1.StatfsRequest
-	(*StatfsReply)(nil),      // 18: sluice.meta.v1.StatfsReply
-	(*Inode)(nil),            // 19: sluice.meta.v1.Inode
-	(*DirEntry)(nil),         // 20: sluice.meta.v1.DirEntry
+	(*KeepOpenRequest)(nil),  // 15: sluice.meta.v1.KeepOpenRequest
+	(*SetattrRequest)(nil),   // 16: sluice.meta.v1.SetattrRequest
+	(*LinkRequest)(nil),      // 17: sluice.meta.v1.LinkRequest
+	(*StatfsRequest)(nil),    // 18: sluice.meta.v1.StatfsRequest
+	(*StatfsReply)(nil),      // 19: sluice.meta.v1.StatfsReply
+	(*Inode)(nil),            // 20: sluice.meta.v1.Inode
+	(*DirEntry)(nil),         // 21: sluice.meta.v1.DirEntry
 }
 var file_meta_v1_service_proto_depIdxs = []int32{
-	19, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
-	20, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
-	19, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
-	19, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
+	20, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
+	21, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
+	20, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
+	20, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
 	2,  // 4: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
 	3,  // 5: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
 	5,  // 6: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
@@ -1532,30 +1589,32 @@ var file_meta_v1_service_proto_depIdxs = []int32{
 	10, // 13: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
 	12, // 14: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
 	14, // 15: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
-	15, // 16: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
-	16, // 17: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
-	17, // 18: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
-	0,  // 19: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
-	0,  // 20: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
-	19, // 21: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
-	4,  // 22: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
-	6,  // 23: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
-	19, // 24: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
-	19, // 25: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
-	19, // 26: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
-	1,  // 27: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
-	1,  // 28: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
-	1,  // 29: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
-	11, // 30: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
-	13, // 31: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
-	1,  // 32: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
-	19, // 33: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
-	19, // 34: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
-	18, // 35: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
-	1,  // 36: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
-	1,  // 37: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
-	21, // [21:38] is the sub-list for method output_type
-	4,  // [4:21] is the sub-list for method input_type
+	15, // 16: sluice.meta.v1.Meta.KeepOpen:input_type -> sluice.meta.v1.KeepOpenRequest
+	16, // 17: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
+	17, // 18: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
+	18, // 19: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
+	0,  // 20: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
+	0,  // 21: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
+	20, // 22: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
+	4,  // 23: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
+	6,  // 24: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
+	20, // 25: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
+	20, // 26: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
+	20, // 27: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
+	1,  // 28: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
+	1,  // 29: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
+	1,  // 30: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
+	11, // 31: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
+	13, // 32: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
+	1,  // 33: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
+	1,  // 34: sluice.meta.v1.Meta.KeepOpen:output_type -> sluice.meta.v1.Empty
+	20, // 35: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
+	20, // 36: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
+	19, // 37: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
+	1,  // 38: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
+	1,  // 39: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
+	22, // [22:40] is the sub-list for method output_type
+	4,  // [4:22] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1568,14 +1627,14 @@ func file_meta_v1_service_proto_init() {
 	}
 	file_meta_v1_meta_proto_init()
 	file_meta_v1_service_proto_msgTypes[14].OneofWrappers = []any{}
-	file_meta_v1_service_proto_msgTypes[15].OneofWrappers = []any{}
+	file_meta_v1_service_proto_msgTypes[16].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_service_proto_rawDesc), len(file_meta_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

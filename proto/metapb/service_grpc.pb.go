@@ -35,6 +35,7 @@ const (
 	Meta_Status_FullMethodName       = "/sluice.meta.v1.Meta/Status"
 	Meta_Open_FullMethodName         = "/sluice.meta.v1.Meta/Open"
 	Meta_Close_FullMethodName        = "/sluice.meta.v1.Meta/Close"
+	Meta_KeepOpen_FullMethodName     = "/sluice.meta.v1.Meta/KeepOpen"
 	Meta_Setattr_FullMethodName      = "/sluice.meta.v1.Meta/Setattr"
 	Meta_Link_FullMethodName         = "/sluice.meta.v1.Meta/Link"
 	Meta_Statfs_FullMethodName       = "/sluice.meta.v1.Meta/Statfs"
@@ -60,6 +61,11 @@ type MetaClient interface {
 	// keeps the file from the collector until Close, and Close sets its length.
 	Open(ctx context.Context, in *OpenRequest, opts ...grpc.CallOption) (*OpenReply, error)
 	Close(ctx context.Context, in *CloseRequest, opts ...grpc.CallOption) (*Empty, error)
+	// KeepOpen says which files a client has open for reading; the leader
+	// keeps their chunks from the collector for a while (a lease, renewed
+	// by the next KeepOpen), so a file unlinked while open stays readable
+	// until it is closed, as POSIX has it.
+	KeepOpen(ctx context.Context, in *KeepOpenRequest, opts ...grpc.CallOption) (*Empty, error)
 	// Setattr changes mode, owner, times or (files) length; a shorter length
 	// changes the namespace only: the client trims the chunks (sdk.Truncate).
 	Setattr(ctx context.Context, in *SetattrRequest, opts ...grpc.CallOption) (*Inode, error)
@@ -200,6 +206,16 @@ func (c *metaClient) Close(ctx context.Context, in *CloseRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *metaClient) KeepOpen(ctx context.Context, in *KeepOpenRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Meta_KeepOpen_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *metaClient) Setattr(ctx context.Context, in *SetattrRequest, opts ...grpc.CallOption) (*Inode, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Inode)
@@ -268,6 +284,11 @@ type MetaServer interface {
 	// keeps the file from the collector until Close, and Close sets its length.
 	Open(context.Context, *OpenRequest) (*OpenReply, error)
 	Close(context.Context, *CloseRequest) (*Empty, error)
+	// KeepOpen says which files a client has open for reading; the leader
+	// keeps their chunks from the collector for a while (a lease, renewed
+	// by the next KeepOpen), so a file unlinked while open stays readable
+	// until it is closed, as POSIX has it.
+	KeepOpen(context.Context, *KeepOpenRequest) (*Empty, error)
 	// Setattr changes mode, owner, times or (files) length; a shorter length
 	// changes the namespace only: the client trims the chunks (sdk.Truncate).
 	Setattr(context.Context, *SetattrRequest) (*Inode, error)
@@ -323,6 +344,9 @@ func (UnimplementedMetaServer) Open(context.Context, *OpenRequest) (*OpenReply, 
 }
 func (UnimplementedMetaServer) Close(context.Context, *CloseRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Close not implemented")
+}
+func (UnimplementedMetaServer) KeepOpen(context.Context, *KeepOpenRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method KeepOpen not implemented")
 }
 func (UnimplementedMetaServer) Setattr(context.Context, *SetattrRequest) (*Inode, error) {
 	return nil, status.Error(codes.Unimplemented, "method Setattr not implemented")
@@ -576,6 +600,24 @@ func _Meta_Close_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_KeepOpen_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeepOpenRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).KeepOpen(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_KeepOpen_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).KeepOpen(ctx, req.(*KeepOpenRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meta_Setattr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetattrRequest)
 	if err := dec(in); err != nil {
@@ -720,6 +762,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Close",
 			Handler:    _Meta_Close_Handler,
+		},
+		{
+			MethodName: "KeepOpen",
+			Handler:    _Meta_KeepOpen_Handler,
 		},
 		{
 			MethodName: "Setattr",

@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -92,17 +93,21 @@ type ControlConfig struct {
 	ExpectTargets, Replicas int
 	// Local, when set, is the network of storage nodes in this process;
 	// the collector reaches them on it.
-	Local  *local.Network
-	Logger *slog.Logger
+	Local *local.Network
+	// CollectDelay is how long an unlinked file's chunks stay before the
+	// collector removes them (default 1 minute).
+	CollectDelay time.Duration
+	Logger       *slog.Logger
 }
 
 // Control is a running control-plane replica.
 type Control struct {
-	Addr    string
-	replica *meta.Replica
-	gs      *grpc.Server
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	Addr      string
+	replica   *meta.Replica
+	collector atomic.Pointer[meta.Collector] // once its storage client is up
+	gs        *grpc.Server
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 // StartControl starts a control-plane replica.
@@ -118,6 +123,9 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	}
 	if cfg.ChunkSize <= 0 {
 		cfg.ChunkSize = 1 << 20
+	}
+	if cfg.CollectDelay <= 0 {
+		cfg.CollectDelay = time.Minute
 	}
 	cfg.Logger = quiet(cfg.Logger)
 	c := &Control{}
@@ -207,8 +215,19 @@ func (c *Control) collect(ctx context.Context, tr fabric.Transport, cfg ControlC
 		return
 	}
 	defer ep.Close()
-	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: storage.NewClient(ep, routing), Map: c.replica.ClusterMap}, time.Minute, cfg.Logger)
-	col.Run(ctx, 10*time.Second)
+	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: storage.NewClient(ep, routing), Map: c.replica.ClusterMap}, cfg.CollectDelay, cfg.Logger)
+	c.collector.Store(col)
+	col.Run(ctx, min(10*time.Second, max(cfg.CollectDelay, time.Second)))
+}
+
+// Collect runs one round of the chunk collector at once, as if the clock
+// read now, and returns how many files it collected.
+func (c *Control) Collect(ctx context.Context, now time.Time) (int, error) {
+	col := c.collector.Load()
+	if col == nil {
+		return 0, errors.New("cluster: the collector is not running yet")
+	}
+	return col.Collect(ctx, now)
 }
 
 // IsLeader reports whether this replica leads the group.
@@ -377,7 +396,9 @@ type Config struct {
 	Listen string
 	// ChunkSize is the root directory's chunk size (default 1 MiB).
 	ChunkSize int
-	Logger    *slog.Logger
+	// CollectDelay is how long unlinked files' chunks stay (default 1 minute).
+	CollectDelay time.Duration
+	Logger       *slog.Logger
 }
 
 // Cluster is a running embedded cluster.
@@ -411,7 +432,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	c := &Cluster{Token: token, local: local.NewNetwork()}
 	c.control, err = StartControl(ctx, ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), Listen: cfg.Listen, Token: token,
-		ChunkSize: cfg.ChunkSize, Stripe: cfg.Targets, ExpectTargets: cfg.Targets, Replicas: cfg.Replicas, Local: c.local, Logger: cfg.Logger})
+		ChunkSize: cfg.ChunkSize, Stripe: cfg.Targets, ExpectTargets: cfg.Targets, Replicas: cfg.Replicas, Local: c.local,
+		CollectDelay: cfg.CollectDelay, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -437,6 +459,11 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// Collect runs one round of the chunk collector at once (Control.Collect).
+func (c *Cluster) Collect(ctx context.Context, now time.Time) (int, error) {
+	return c.control.Collect(ctx, now)
 }
 
 // Fabric is the cluster's in-process network: an SDK client made on it

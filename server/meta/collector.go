@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicefs/sluice/internal/tick"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/server/storage"
@@ -19,13 +20,17 @@ type ChunkRemover interface {
 }
 
 // Collector runs on the leader and removes the chunks of files whose last
-// link went at least Delay ago and that no write session holds open, then
-// forgets them through the log.
+// link went at least Delay ago and that no write session or read lease
+// holds open, then forgets them through the log.
 type Collector struct {
 	r       *Replica
 	remover ChunkRemover
 	delay   time.Duration
 	log     *slog.Logger
+	// leaderSince is when this replica last became leader (Run): for a
+	// lease's length after that it collects nothing, since read leases
+	// renewed with the old leader are not known here yet.
+	leaderSince time.Time
 }
 
 // NewCollector makes a collector over r.
@@ -38,20 +43,21 @@ func NewCollector(r *Replica, remover ChunkRemover, delay time.Duration, log *sl
 
 // Run collects every interval until ctx ends.
 func (c *Collector) Run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
+	tick.Every(ctx, interval, func() {
+		if !c.r.IsLeader() {
+			c.leaderSince = time.Time{}
 			return
-		case <-t.C:
 		}
-		if c.r.IsLeader() {
-			if _, err := c.Collect(ctx, time.Now()); err != nil {
-				c.log.Warn("chunk collection failed", "err", err)
-			}
+		if c.leaderSince.IsZero() {
+			c.leaderSince = time.Now()
 		}
-	}
+		if time.Since(c.leaderSince) < ReadLease {
+			return
+		}
+		if _, err := c.Collect(ctx, time.Now()); err != nil {
+			c.log.Warn("chunk collection failed", "err", err)
+		}
+	})
 }
 
 // Collect does one round over the whole queue as of now and returns how
@@ -72,7 +78,7 @@ func (c *Collector) Collect(ctx context.Context, now time.Time) (int, error) {
 			if now.Sub(time.Unix(0, f.CtimeNs)) < c.delay {
 				continue
 			}
-			if open, err := c.r.Namespace().HasSessions(f.Ino); err != nil || open {
+			if open, err := c.r.Namespace().HasSessions(f.Ino); err != nil || open || c.r.readers.held(f.Ino, now) {
 				continue
 			}
 			err := c.remover.RemoveChunks(ctx, f)

@@ -3,6 +3,7 @@ package meta
 import "github.com/sluicefs/sluice/fabric"
 
 // Errors the namespace returns; each keeps its identity across the wire.
+// Codes run FirstAppCode+100 up; +109 is ErrNotLeader (replica.go).
 var (
 	ErrNotFound    = fabric.NewError(fabric.FirstAppCode+100, "meta: no such file or directory")
 	ErrExist       = fabric.NewError(fabric.FirstAppCode+101, "meta: file exists")
@@ -13,4 +14,6 @@ var (
 	ErrNameTooLong = fabric.NewError(fabric.FirstAppCode+106, "meta: name too long")
 	ErrLoop        = fabric.NewError(fabric.FirstAppCode+107, "meta: cannot move a directory into itself")
 	ErrStale       = fabric.NewError(fabric.FirstAppCode+108, "meta: stale file handle")
+	// ErrTooManyLeases refuses read leases beyond what the leader keeps.
+	ErrTooManyLeases = fabric.NewError(fabric.FirstAppCode+110, "meta: too many files held open for reading")
 )

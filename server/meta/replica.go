@@ -52,6 +52,7 @@ type Replica struct {
 	trans *raft.NetworkTransport
 
 	barrierTerm atomic.Uint64 // the term a barrier was passed in
+	readers     readLeases    // files clients hold open for reading (leader)
 
 	applyObserver interface{ Observe(float64) } // set by NewMetrics
 }

@@ -7,6 +7,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -244,6 +245,15 @@ func (s *Service) Status(ctx context.Context, req *metapb.StatusRequest) (*metap
 	return reply, toStatus(err)
 }
 
+// KeepOpen renews the client's read leases (see ReadLease). Only the
+// leader collects, so only the leader takes them.
+func (s *Service) KeepOpen(ctx context.Context, req *metapb.KeepOpenRequest) (*metapb.Empty, error) {
+	if !s.r.IsLeader() {
+		return nil, toStatus(ErrNotLeader)
+	}
+	return &metapb.Empty{}, toStatus(s.r.readers.renew(req.Inodes, time.Now()))
+}
+
 // Open looks the file up (with its chain table, so the client can place
 // chunks) and, for writing, opens a write session named by the request's
 // sequence number.
@@ -270,6 +280,12 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 		if _, err := s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
 			Op: &metapb.Command_OpenSession{OpenSession: &metapb.SessionOp{Ino: reply.Inode.Ino, Session: req.Seq, Client: req.Client}}}); err != nil {
 			return nil, err
+		}
+	} else if s.r.IsLeader() {
+		// The first read lease comes with the open; the client renews it
+		// while the file stays open (KeepOpen).
+		if err := s.r.readers.renew([]uint64{reply.Inode.Ino}, time.Now()); err != nil {
+			return nil, toStatus(err)
 		}
 	}
 	return reply, nil
@@ -366,6 +382,8 @@ func toStatus(err error) error {
 		code = codes.FailedPrecondition
 	case errors.Is(err, ErrNotLeader):
 		code = codes.Unavailable
+	case errors.Is(err, ErrTooManyLeases):
+		code = codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicefs/sluice/internal/tick"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/server/storage"
 )
@@ -45,25 +46,21 @@ func RebindAgent(a *Agent, ctx context.Context) *Agent {
 	return &b
 }
 
-// Run heartbeats every interval until ctx ends.
+// Run heartbeats now and then every interval until ctx ends.
 func (a *Agent) Run(ctx context.Context) {
-	t := time.NewTicker(a.interval)
-	defer t.Stop()
-	for {
-		hctx, cancel := context.WithTimeout(a.ctx, 2*a.interval) // a hung call must not outlast the lease
-		req := &mgmtdpb.HeartbeatRequest{Node: a.node.Id, Targets: a.targets}
-		if a.Space != nil {
-			req.Space = a.Space()
-		}
-		if _, err := a.client.Heartbeat(hctx, req); err != nil {
-			a.log.Debug("heartbeat failed", "err", err)
-		}
-		cancel()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	a.heartbeat()
+	tick.Every(ctx, a.interval, a.heartbeat)
+}
+
+func (a *Agent) heartbeat() {
+	hctx, cancel := context.WithTimeout(a.ctx, 2*a.interval) // a hung call must not outlast the lease
+	defer cancel()
+	req := &mgmtdpb.HeartbeatRequest{Node: a.node.Id, Targets: a.targets}
+	if a.Space != nil {
+		req.Space = a.Space()
+	}
+	if _, err := a.client.Heartbeat(hctx, req); err != nil {
+		a.log.Debug("heartbeat failed", "err", err)
 	}
 }
 

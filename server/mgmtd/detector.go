@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicefs/sluice/internal/tick"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 )
 
@@ -102,16 +103,7 @@ func (d *Detector) Space() (total, free uint64, targets int) {
 
 // Run checks leases every quarter lease until ctx ends.
 func (d *Detector) Run(ctx context.Context) {
-	t := time.NewTicker(d.lease / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		d.check(ctx)
-	}
+	tick.Every(ctx, d.lease/4, func() { d.check(ctx) })
 }
 
 func (d *Detector) check(ctx context.Context) {
