@@ -158,22 +158,17 @@ func (c *conn) claim(id uint64) *pending {
 	return p
 }
 
-// deadline is when a send for ctx must have finished: ctx's deadline, or
-// IOTimeout from now so that a peer that stops reading cannot block us forever.
-func (c *conn) deadline(ctx context.Context, now time.Time) time.Time {
-	if dl, ok := ctx.Deadline(); ok {
-		return dl
-	}
-	return now.Add(c.ep.cfg.IOTimeout)
-}
-
 // send writes one frame: head (header and meta), then data gathered from
 // its slices. A failed or cut-short write leaves the stream unusable, so it
 // closes the connection.
 //
-// The socket's write deadline is moved only when it must be (earlier than
-// wanted, already passed, or more than a second short), which keeps timer
-// updates off the per-frame path.
+// A frame, once begun, is written whole whatever happens to its caller's
+// context: the connection is shared, and a frame cut off by one caller's
+// deadline would cost every other request on it. So ctx is checked only
+// before the first byte, and the socket's write deadline is IOTimeout from
+// now, which a peer that stops reading cannot hold us past. The deadline is
+// moved only when it must be (already passed, or more than a second
+// short), which keeps timer updates off the per-frame path.
 func (c *conn) send(ctx context.Context, head []byte, data [][]byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
@@ -182,9 +177,12 @@ func (c *conn) send(ctx context.Context, head []byte, data [][]byte) error {
 
 // sendLocked is send with c.wmu held.
 func (c *conn) sendLocked(ctx context.Context, head []byte, data [][]byte) error {
+	if err := ctx.Err(); err != nil {
+		return err // nothing written: the stream is intact
+	}
 	now := time.Now()
-	dl := c.deadline(ctx, now)
-	if c.wdl.IsZero() || dl.Before(c.wdl) || c.wdl.Before(now) || dl.Sub(c.wdl) > time.Second {
+	dl := now.Add(c.ep.cfg.IOTimeout)
+	if c.wdl.IsZero() || c.wdl.Before(now) || dl.Sub(c.wdl) > time.Second {
 		c.nc.SetWriteDeadline(dl)
 		c.wdl = dl
 	}

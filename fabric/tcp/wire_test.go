@@ -362,3 +362,46 @@ func TestConfigRequiresSecret(t *testing.T) {
 		t.Fatal("a transport without a secret was created")
 	}
 }
+
+// TestDeadlineMidFrameKeepsConnection: a caller whose deadline passes
+// while its large frame is being written does not cut the frame off, so
+// the connection it shares with other callers survives: a blocked call in
+// flight on it still gets its own answer, and later calls go through.
+func TestDeadlineMidFrameKeepsConnection(t *testing.T) {
+	srv, _ := countingServer(t, Config{})
+	dst := make([]byte, 64<<20)
+	src := fabrictest.RandBytes(9, len(dst))
+	mr, err := srv.RegisterMemory(dst, fabric.AccessRemoteWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := newTransport(t, Config{ConnsPerPeer: 1}).Dialer("cli")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	var out wrapperspb.StringValue
+	if err := cli.Call(context.Background(), srv.ID(), "count", wrapperspb.String(""), &out); err != nil {
+		t.Fatal(err)
+	}
+	// A call in flight on the one connection, with a deadline of its own.
+	blocked := make(chan error, 1)
+	bctx, bcancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer bcancel()
+	go func() {
+		blocked <- cli.Call(bctx, srv.ID(), "block", wrapperspb.String(""), new(wrapperspb.StringValue))
+	}()
+	time.Sleep(50 * time.Millisecond)
+	// 64 MiB cannot cross a socket in a millisecond.
+	wctx, wcancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer wcancel()
+	if err := cli.Write(wctx, src, mr.Remote(0, len(dst))); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("write past its deadline: %v", err)
+	}
+	if err := <-blocked; !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("the call in flight beside it: got %v, want its own DeadlineExceeded", err)
+	}
+	if err := cli.Call(context.Background(), srv.ID(), "count", wrapperspb.String(""), &out); err != nil {
+		t.Fatalf("connection unusable after a deadline passed mid-frame: %v", err)
+	}
+}
