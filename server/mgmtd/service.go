@@ -123,6 +123,9 @@ func WatchRouting(ctx context.Context, client mgmtdpb.MgmtdClient, log *slog.Log
 	w := &WatchedRouting{client: client, log: log, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	go w.run(wctx)
 	for {
+		// The channel is taken before the look, or a map arriving between
+		// the two would be a wake-up missed, and the wait endless.
+		changed := w.Changed()
 		if w.Routing() != nil {
 			return w, nil
 		}
@@ -131,7 +134,7 @@ func WatchRouting(ctx context.Context, client mgmtdpb.MgmtdClient, log *slog.Log
 			return nil, fmt.Errorf("watch cluster map: %w", err)
 		}
 		select {
-		case <-w.Changed():
+		case <-changed:
 		case <-ctx.Done():
 			w.Close()
 			return nil, fmt.Errorf("watch cluster map: %w", ctx.Err())
@@ -147,9 +150,8 @@ func (w *WatchedRouting) run(ctx context.Context) {
 	defer close(w.done)
 	for ctx.Err() == nil {
 		// The server sends the current map as soon as a stream opens; a
-		// stream that brings nothing within firstMapWait is abandoned and
-		// opened again (seen under load: a first message that never came,
-		// which left Connect waiting forever).
+		// stream that brings nothing within firstMapWait is taken for
+		// broken, abandoned and opened again.
 		sctx, scancel := context.WithCancel(ctx)
 		var first atomic.Bool
 		timer := time.AfterFunc(firstMapWait, func() {
