@@ -1,14 +1,12 @@
 package sdk
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,28 +15,21 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/internal/testproc"
 	"github.com/sluicefs/sluice/server/storage"
 	"github.com/sluicefs/sluice/shmring"
 )
 
-// agentChildEnv makes the test binary an application process driving the
-// agent (runAgentClient) instead of running tests.
-const agentChildEnv = "SLUICE_SDK_AGENT_CHILD"
-
+// TestMain runs a shmring application in a child process (role
+// "agent-client", with an agentClientSpec as JSON).
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(agentChildEnv); spec != "" {
+	testproc.Main(m, map[string]func(string) error{"agent-client": func(spec string) error {
 		var s agentClientSpec
 		if err := json.Unmarshal([]byte(spec), &s); err != nil {
-			fmt.Fprintln(os.Stderr, "child spec:", err)
-			os.Exit(2)
+			return fmt.Errorf("child spec: %w", err)
 		}
-		if err := runAgentClient(s); err != nil {
-			fmt.Fprintln(os.Stderr, "child:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return runAgentClient(s)
+	}})
 }
 
 // agentClientSpec says what a child application does: read random ranges
@@ -152,23 +143,13 @@ func runAgentClient(s agentClientSpec) error {
 	return nil
 }
 
-// startAgentClient runs a child application and waits for its first line.
-func startAgentClient(t *testing.T, s agentClientSpec) (*exec.Cmd, *bufio.Scanner, string) {
+// startAgentClient runs a child application and waits for its first line,
+// which it returns.
+func startAgentClient(t *testing.T, s agentClientSpec) (*testproc.Proc, string) {
 	t.Helper()
 	b, _ := json.Marshal(s)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), agentChildEnv+"="+string(b))
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() || !strings.HasPrefix(sc.Text(), "started") {
-		t.Fatalf("child did not start: %q", sc.Text())
-	}
-	return cmd, sc, sc.Text()
+	p := testproc.Start(t, testproc.Command("agent-client", string(b)))
+	return p, p.Expect(t, "started", time.Minute)
 }
 
 // agentFixture is a cluster, a client, an agent, and a source file.
@@ -249,13 +230,11 @@ func TestAgentTwoProcesses(t *testing.T) {
 	}
 	fx := newAgentFixture(t, 0)
 	start := time.Now()
-	cmd, sc, _ := startAgentClient(t, fx.spec(n, "/dst"))
-	for sc.Scan() && sc.Text() == "progress" {
+	p, _ := startAgentClient(t, fx.spec(n, "/dst"))
+	if l := p.Skip("progress"); l != fmt.Sprint("ok ", n) {
+		t.Fatalf("child said %q: %s", l, p.Stderr())
 	}
-	if sc.Text() != fmt.Sprint("ok ", n) {
-		t.Fatalf("child said %q", sc.Text())
-	}
-	if err := cmd.Wait(); err != nil {
+	if err := p.Cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	el := time.Since(start)
@@ -273,14 +252,14 @@ func TestAgentTwoProcesses(t *testing.T) {
 // connects afterwards.
 func TestAgentClientKilled(t *testing.T) {
 	fx := newAgentFixture(t, 500*time.Millisecond)
-	killed, ksc, _ := startAgentClient(t, fx.spec(0, "/killed"))
-	frozen, fsc, _ := startAgentClient(t, fx.spec(0, ""))
-	for _, sc := range []*bufio.Scanner{ksc, fsc} {
-		if !sc.Scan() || sc.Text() != "progress" {
-			t.Fatalf("a looping child said %q", sc.Text())
-		}
+	killedP, _ := startAgentClient(t, fx.spec(0, "/killed"))
+	frozenP, _ := startAgentClient(t, fx.spec(0, ""))
+	for _, p := range []*testproc.Proc{killedP, frozenP} {
+		p.Expect(t, "progress", time.Minute)
 	}
-	survivor, ssc, _ := startAgentClient(t, fx.spec(50_000, "/survivor"))
+	killed, frozen := killedP.Cmd, frozenP.Cmd
+	survivorP, _ := startAgentClient(t, fx.spec(50_000, "/survivor"))
+	survivor := survivorP.Cmd
 	waitClients(t, fx.agent, 3)
 	if err := killed.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -292,19 +271,15 @@ func TestAgentClientKilled(t *testing.T) {
 	}
 	waitClients(t, fx.agent, 1)
 	frozen.Process.Kill()
-	for ssc.Scan() && ssc.Text() == "progress" {
-	}
-	if ssc.Text() != "ok 50000" {
-		t.Fatalf("the surviving child said %q", ssc.Text())
+	if l := survivorP.Skip("progress"); l != "ok 50000" {
+		t.Fatalf("the surviving child said %q: %s", l, survivorP.Stderr())
 	}
 	if err := survivor.Wait(); err != nil {
 		t.Fatal(err)
 	}
-	late, lsc, _ := startAgentClient(t, fx.spec(5000, ""))
-	for lsc.Scan() && lsc.Text() == "progress" {
-	}
-	if lsc.Text() != "ok 5000" || late.Wait() != nil {
-		t.Fatalf("a child after the deaths said %q", lsc.Text())
+	late, _ := startAgentClient(t, fx.spec(5000, ""))
+	if l := late.Skip("progress"); l != "ok 5000" || late.Cmd.Wait() != nil {
+		t.Fatalf("a child after the deaths said %q: %s", l, late.Stderr())
 	}
 	waitClients(t, fx.agent, 0)
 	in, err := fx.cl.Stat(context.Background(), "/killed")
@@ -335,14 +310,12 @@ func TestAgentHugePages(t *testing.T) {
 		}
 		s := fx.spec(20_000, "")
 		s.Huge = true
-		cmd, sc, first := startAgentClient(t, s)
+		p, first := startAgentClient(t, s)
 		if first != fmt.Sprintf("started huge=%v", wantHuge) {
 			t.Fatalf("with %s huge pages reserved the child said %q", reserve, first)
 		}
-		for sc.Scan() && sc.Text() == "progress" {
-		}
-		if sc.Text() != "ok 20000" || cmd.Wait() != nil {
-			t.Fatalf("with %s huge pages reserved the child said %q", reserve, sc.Text())
+		if l := p.Skip("progress"); l != "ok 20000" || p.Cmd.Wait() != nil {
+			t.Fatalf("with %s huge pages reserved the child said %q: %s", reserve, l, p.Stderr())
 		}
 	}
 	run("0", false)

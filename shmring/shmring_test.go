@@ -1,7 +1,6 @@
 package shmring
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -9,7 +8,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -18,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/internal/testproc"
 	"golang.org/x/sys/unix"
 )
 
@@ -40,20 +39,14 @@ func serveFill(iov []byte, es []Entry, cs []Completion) {
 	}
 }
 
-const childEnv = "SLUICE_SHMRING_CHILD"
-
+// TestMain runs a ring client in a child process (role "client", spec
+// "SOCKET,ENTRIES" with ",forever" to keep going until killed).
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(childEnv); spec != "" {
-		// spec: socket path, entries, "slow" (keeps going until killed)
+	testproc.Main(m, map[string]func(string) error{"client": func(spec string) error {
 		parts := strings.Split(spec, ",")
 		n, _ := strconv.Atoi(parts[1])
-		if err := runClient(parts[0], n, len(parts) > 2); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(2)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return runClient(parts[0], n, len(parts) > 2)
+	}})
 }
 
 // runClient submits n 64-byte entries through the agent at path and checks
@@ -231,24 +224,14 @@ func TestRingSPSC(t *testing.T) {
 	}
 }
 
-func startClient(t *testing.T, path string, n int, forever bool) (*exec.Cmd, *bufio.Scanner) {
+func startClient(t *testing.T, path string, n int, forever bool) *testproc.Proc {
 	spec := fmt.Sprintf("%s,%d", path, n)
 	if forever {
 		spec += ",forever"
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+spec)
-	out, _ := cmd.StdoutPipe()
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	if !sc.Scan() || sc.Text() != "started" {
-		t.Fatalf("client did not start: %q", sc.Text())
-	}
-	return cmd, sc
+	p := testproc.Start(t, testproc.Command("client", spec))
+	p.Expect(t, "started", time.Minute)
+	return p
 }
 
 // TestTwoProcesses: a client process moves 1M entries through an agent in
@@ -260,11 +243,11 @@ func TestTwoProcesses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	cmd, sc := startClient(t, path, 1_000_000, false)
-	if !sc.Scan() || sc.Text() != "ok 1000000" {
-		t.Fatalf("client said %q", sc.Text())
+	p := startClient(t, path, 1_000_000, false)
+	if l, _ := p.Next(); l != "ok 1000000" {
+		t.Fatalf("client said %q: %s", l, p.Stderr())
 	}
-	if err := cmd.Wait(); err != nil {
+	if err := p.Cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); srv.Clients() != 0; time.Sleep(10 * time.Millisecond) {
@@ -285,19 +268,19 @@ func TestClientDeath(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() {
-		lingering, _ := startClient(t, path, 0, true)
+		lingering := startClient(t, path, 0, true)
 		if err := srv.Close(); err != nil {
 			t.Fatal(err)
 		}
-		lingering.Process.Kill()
+		lingering.Cmd.Process.Kill()
 		for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; time.Sleep(10 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("%d goroutines after Close, %d before Listen", runtime.NumGoroutine(), before)
 			}
 		}
 	}()
-	doomed, _ := startClient(t, path, 0, true)
-	survivor, sc := startClient(t, path, 200_000, false)
+	doomed := startClient(t, path, 0, true).Cmd
+	survivor := startClient(t, path, 200_000, false)
 	time.Sleep(100 * time.Millisecond)
 	if srv.Clients() != 2 {
 		t.Fatalf("%d clients, want 2", srv.Clients())
@@ -309,10 +292,10 @@ func TestClientDeath(t *testing.T) {
 			t.Fatalf("dead client not reclaimed: %d clients", srv.Clients())
 		}
 	}
-	if !sc.Scan() || sc.Text() != "ok 200000" {
-		t.Fatalf("surviving client said %q", sc.Text())
+	if l, _ := survivor.Next(); l != "ok 200000" {
+		t.Fatalf("surviving client said %q: %s", l, survivor.Stderr())
 	}
-	if err := survivor.Wait(); err != nil {
+	if err := survivor.Cmd.Wait(); err != nil {
 		t.Fatal(err)
 	}
 }

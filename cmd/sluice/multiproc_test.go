@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,56 +16,32 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/internal/testproc"
 	"github.com/sluicefs/sluice/sdk"
 )
 
-const cliChildEnv = "SLUICE_CLI_CHILD_ARGS"
-
+// TestMain runs `sluice ARGS...` in a child process (role "sluice", with
+// the arguments as a JSON list) for tests that need one.
 func TestMain(m *testing.M) {
-	if args := os.Getenv(cliChildEnv); args != "" {
+	testproc.Main(m, map[string]func(string) error{"sluice": func(spec string) error {
 		var argv []string
-		json.Unmarshal([]byte(args), &argv)
+		if err := json.Unmarshal([]byte(spec), &argv); err != nil {
+			return err
+		}
 		root := newRoot()
 		root.SetArgs(argv)
-		if err := root.Execute(); err != nil {
-			fmt.Fprintln(os.Stderr, "sluice:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+		return root.Execute()
+	}})
 }
 
 // startProc runs `sluice ARGS...` as a child process and waits for its
-// first line of output.
+// first line of output, which must contain want.
 func startProc(t *testing.T, want string, args ...string) *exec.Cmd {
 	t.Helper()
 	b, _ := json.Marshal(args)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), cliChildEnv+"="+string(b))
-	out, _ := cmd.StdoutPipe()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		sc.Scan()
-		line <- sc.Text()
-		io.Copy(io.Discard, out)
-	}()
-	select {
-	case l := <-line:
-		if !strings.Contains(l, want) {
-			t.Fatalf("sluice %v said %q: %s", args, l, stderr.String())
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatalf("sluice %v did not start: %s", args, stderr.String())
-	}
-	return cmd
+	p := testproc.Start(t, testproc.Command("sluice", string(b)))
+	p.Expect(t, want, 60*time.Second)
+	return p.Cmd
 }
 
 func writeJSON(t *testing.T, path string, v any) {

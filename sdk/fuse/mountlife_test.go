@@ -1,7 +1,6 @@
 package fuse
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/internal/testproc"
 	"github.com/sluicefs/sluice/sdk"
 	"github.com/sluicefs/sluice/server/cluster"
 )
@@ -70,19 +70,10 @@ func TestPermissions(t *testing.T) {
 	}
 }
 
-// helperEnv makes the test binary a mount process (TestStaleMount's
+// TestMain runs a mount process in a child (role "mount", TestStaleMount's
 // victim): it mounts, says so, and waits to be killed.
-const helperEnv = "SLUICE_FUSE_TEST_HELPER"
-
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(helperEnv); spec != "" {
-		if err := helperMount(spec); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	testproc.Main(m, map[string]func(string) error{"mount": helperMount})
 }
 
 func helperMount(spec string) error {
@@ -116,18 +107,9 @@ func TestStaleMount(t *testing.T) {
 	must(t, err)
 	defer c.Close()
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), helperEnv+"="+c.Addr+"|"+c.Token+"|"+dir)
-	stdout, err := cmd.StdoutPipe()
-	must(t, err)
-	cmd.Stderr = os.Stderr
-	must(t, cmd.Start())
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	if err != nil || line != "mounted\n" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatalf("helper: %q %v", line, err)
-	}
+	p := testproc.Start(t, testproc.Command("mount", c.Addr+"|"+c.Token+"|"+dir))
+	cmd := p.Cmd
+	p.Expect(t, "mounted", 30*time.Second)
 	must(t, os.WriteFile(filepath.Join(dir, "before"), []byte("x"), 0o644))
 	must(t, cmd.Process.Kill())
 	cmd.Wait()

@@ -1,39 +1,24 @@
 package storage
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/internal/testproc"
 )
 
 // The crash test runs a writer in a child process (this test binary, with
 // crashChildEnv set) and kills it with SIGKILL at random moments.
-const crashChildEnv = "SLUICE_STORAGE_CRASH_CHILD"
-
+// TestMain runs this binary's child processes: storage nodes
+// (multiproc_test.go) and the crash test's writer.
 func TestMain(m *testing.M) {
-	if cfg := os.Getenv(nodeChildEnv); cfg != "" {
-		if err := nodeChild(cfg); err != nil {
-			fmt.Fprintln(os.Stderr, "storage node child:", err)
-			os.Exit(2)
-		}
-		os.Exit(0)
-	}
-	if dir := os.Getenv(crashChildEnv); dir != "" {
-		if err := crashChild(dir); err != nil {
-			fmt.Fprintln(os.Stderr, "crash child:", err)
-			os.Exit(2)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	testproc.Main(m, map[string]func(string) error{"storage-node": nodeChild, "crash-writer": crashChild})
 }
 
 var crashChunk = ChunkID{Inode: 42, Index: 7}
@@ -64,16 +49,14 @@ func crashContent(v uint64) []byte {
 	return c
 }
 
-// crashModeEnv says how the crash test's child stores and commits each
-// update: "tail" at once, as a chain's tail does (PrepareCommit); "chain"
-// as a chain's other nodes do (the data finished while successors store,
-// then committed); otherwise with Prepare and Commit.
-const crashModeEnv = "SLUICE_STORAGE_CRASH_MODE"
-
 // crashChild writes and commits updates forever, printing each version once
-// it is committed.
-func crashChild(dir string) error {
-	mode := os.Getenv(crashModeEnv)
+// it is committed. Its spec is "MODE|DIR": the target directory, and how
+// it stores and commits each update: "tail" at once, as a chain's tail
+// does (PrepareCommit); "chain" as a chain's other nodes do (the data
+// finished while successors store, then committed); otherwise with Prepare
+// and Commit.
+func crashChild(spec string) error {
+	mode, dir, _ := strings.Cut(spec, "|")
 	e, err := OpenEngine(EngineConfig{Dir: dir})
 	if err != nil {
 		return err
@@ -130,23 +113,12 @@ func testCrashConsistency(t *testing.T, mode string) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	last := uint64(0)
 	for round := 0; round < 50; round++ {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashChildEnv+"="+dir)
-		cmd.Env = append(cmd.Env, crashModeEnv+"="+mode)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		p := testproc.Start(t, testproc.Command("crash-writer", mode+"|"+dir))
+		cmd := p.Cmd
 		acked := make(chan uint64, 1<<16)
 		go func() {
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				if v, err := strconv.ParseUint(sc.Text(), 10, 64); err == nil {
+			for l := range p.Lines {
+				if v, err := strconv.ParseUint(l, 10, 64); err == nil {
 					acked <- v
 				}
 			}
@@ -157,11 +129,11 @@ func testCrashConsistency(t *testing.T, mode string) {
 		case v, ok := <-acked:
 			if !ok {
 				cmd.Wait()
-				t.Fatalf("round %d: child exited: %s", round, stderr.String())
+				t.Fatalf("round %d: child exited: %s", round, p.Stderr())
 			}
 			last = v
 		case <-time.After(20 * time.Second):
-			t.Fatalf("round %d: child wrote nothing: %s", round, stderr.String())
+			t.Fatalf("round %d: child wrote nothing: %s", round, p.Stderr())
 		}
 		time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
 		cmd.Process.Kill()

@@ -1,13 +1,10 @@
 package storage
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -17,12 +14,11 @@ import (
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/fabric/tcp"
+	"github.com/sluicefs/sluice/internal/testproc"
 )
 
-// Storage nodes as child processes: this test binary, with nodeChildEnv set
-// to a nodeChildConfig, runs one node until killed.
-const nodeChildEnv = "SLUICE_STORAGE_NODE_CHILD"
-
+// Storage nodes as child processes: this test binary, in role
+// "storage-node" with a nodeChildConfig, runs one node until killed.
 type nodeChildConfig struct {
 	Listen  string
 	Dir     string
@@ -62,44 +58,12 @@ func nodeChild(cfgJSON string) error {
 	select {}
 }
 
-// child is a running storage node process.
-type child struct {
-	cmd   *exec.Cmd
-	lines chan string
-}
-
-func startNode(t *testing.T, cfg nodeChildConfig) *child {
+func startNode(t *testing.T, cfg nodeChildConfig) *testproc.Proc {
 	t.Helper()
 	b, _ := json.Marshal(cfg)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), nodeChildEnv+"="+string(b))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &child{cmd: cmd, lines: make(chan string, 64)}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			c.lines <- sc.Text()
-		}
-		close(c.lines)
-	}()
-	select {
-	case l, ok := <-c.lines:
-		if !ok || l != "ready" {
-			t.Fatalf("storage node %d did not start: %q %s", cfg.Target, l, stderr.String())
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("storage node %d did not start", cfg.Target)
-	}
-	return c
+	p := testproc.Start(t, testproc.Command("storage-node", string(b)))
+	p.Expect(t, "ready", 30*time.Second)
+	return p
 }
 
 func freeAddr(t *testing.T) string {
@@ -132,7 +96,7 @@ func TestMultiProcess(t *testing.T) {
 	if err := WriteRoutingFile(routingPath, r); err != nil {
 		t.Fatal(err)
 	}
-	children := map[TargetID]*child{}
+	children := map[TargetID]*testproc.Proc{}
 	for i := TargetID(1); i <= 3; i++ {
 		children[i] = startNode(t, cfgs[i])
 	}
@@ -185,14 +149,14 @@ func TestMultiProcess(t *testing.T) {
 		}
 	}
 	waitFor(60)
-	children[2].cmd.Process.Kill() // SIGKILL
-	children[2].cmd.Wait()
+	children[2].Cmd.Process.Kill() // SIGKILL
+	children[2].Cmd.Wait()
 	update(func(r *Routing) { r.SetOffline(2) })
 	waitFor(120)
 	children[2] = startNode(t, cfgs[2])
 	update(func(r *Routing) { r.Rejoin(testChain, 2) })
 	select {
-	case l := <-children[3].lines:
+	case l := <-children[3].Lines:
 		if l != fmt.Sprintf("synced %d %d", testChain, 2) {
 			t.Fatalf("predecessor said %q", l)
 		}
