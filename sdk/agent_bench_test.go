@@ -14,12 +14,21 @@ import (
 // cluster, 128 a batch, one op per read. path=agent submits them through
 // the local agent's shared-memory rings (512 in flight; the application
 // side runs in this process, over the same socket, memfds and eventfds as
-// from another); path=direct calls ReadBatch. Both report entries/s.
+// from another); path=direct calls ReadBatch. Both report entries/s. With
+// fabric=local the agent (or the direct client) sits in the cluster's
+// process, as the one `sluice dev` hosts does; with fabric=tcp it is apart,
+// as `sluice agent` and `sluice mount` are.
 func BenchmarkAgentRead(b *testing.B) {
+	for _, fab := range benchFabrics {
+		b.Run("fabric="+fab, func(b *testing.B) { benchAgentRead(b, fab) })
+	}
+}
+
+func benchAgentRead(b *testing.B, fab string) {
 	const size, fileSize, batch, depth = 4 << 10, 64 << 20, 128, 512
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cl, r, _ := benchFile(ctx, b, "tcp", fileSize)
+	cl, r, _ := benchFile(ctx, b, fab, fileSize)
 	b.Run("path=direct", func(b *testing.B) {
 		buf, err := cl.NewBuffer(batch * size)
 		if err != nil {
