@@ -13,9 +13,7 @@ import (
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -32,7 +30,9 @@ import (
 // Config says which cluster to use. Empty fields come from the environment:
 // SLUICE_CLUSTER and SLUICE_TOKEN.
 type Config struct {
-	Cluster string // the control plane's gRPC address
+	// Cluster is the control plane's gRPC address, or its replicas'
+	// ("host:port,host:port,..."): the client follows the leader.
+	Cluster string
 	Token   string
 	// Fabric is the data-plane transport to storage nodes; nil means TCP,
 	// keyed by the cluster token. A client in the same process as an
@@ -50,7 +50,7 @@ var (
 
 // Client is a connection to a cluster. Safe for concurrent use.
 type Client struct {
-	conn    *grpc.ClientConn
+	conn    *rpc.LeaderConn
 	meta    metapb.MetaClient
 	ctx     context.Context // carries the token
 	cancel  context.CancelFunc
@@ -88,7 +88,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
-	if c.conn, err = grpc.NewClient(cfg.Cluster, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	if c.conn, err = rpc.Dial(cfg.Cluster); err != nil {
 		return fail(err)
 	}
 	c.meta = metapb.NewMetaClient(c.conn)

@@ -105,6 +105,7 @@ type Control struct {
 	Addr      string
 	replica   *meta.Replica
 	collector atomic.Pointer[meta.Collector] // once its storage client is up
+	closeOnce sync.Once
 	gs        *grpc.Server
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
@@ -241,23 +242,25 @@ func (c *Control) spawn(fn func()) {
 	}()
 }
 
-// Close stops the replica.
+// Close stops the replica; closing again does nothing.
 func (c *Control) Close() error {
-	c.cancel()
-	if c.gs != nil {
-		c.gs.Stop()
-	}
-	c.wg.Wait()
-	if c.replica != nil {
-		c.replica.Close()
-	}
+	c.closeOnce.Do(func() {
+		c.cancel()
+		if c.gs != nil {
+			c.gs.Stop()
+		}
+		c.wg.Wait()
+		if c.replica != nil {
+			c.replica.Close()
+		}
+	})
 	return nil
 }
 
 // StorageConfig configures a storage node.
 type StorageConfig struct {
 	Dir          string // target directories go under it, one per target
-	Cluster      string // the control plane's gRPC address
+	Cluster      string // the control plane's gRPC addresses, comma-separated
 	Token        string
 	NodeID       string   // the node's name in the cluster map
 	FabricListen string   // the fabric address (default 127.0.0.1:0)
@@ -272,7 +275,7 @@ type StorageConfig struct {
 // Storage is a running storage node.
 type Storage struct {
 	ep      fabric.Endpoint
-	conn    *grpc.ClientConn
+	conn    *rpc.LeaderConn
 	routing *mgmtd.WatchedRouting
 	engines []*storage.Engine
 	node    *storage.Node
@@ -319,7 +322,7 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		s.engines = append(s.engines, e)
 		targets[storage.TargetID(t)] = e
 	}
-	if s.conn, err = grpc.NewClient(cfg.Cluster, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	if s.conn, err = rpc.Dial(cfg.Cluster); err != nil {
 		return fail(err)
 	}
 	mc := mgmtdpb.NewMgmtdClient(s.conn)
