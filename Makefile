@@ -8,7 +8,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 # (golang/go#75804, fixed in Go 1.27). Each count is about 10 s here;
 # FUZZSCALE multiplies them for longer runs.
 FUZZSCALE ?= 1
-FUZZ_TARGETS = ./fabric/tcp:FuzzDecodeFrame:150000 ./fabric/tcp:FuzzServe:60000 ./fabric/internal/handshake:FuzzHandshake:150000 ./shmring:FuzzRingFromPeer:100000 ./shmring:FuzzControlFrame:200000
+FUZZ_TARGETS = ./internal/crc32c:FuzzUpdate:200000 ./fabric/tcp:FuzzDecodeFrame:150000 ./fabric/tcp:FuzzServe:60000 ./fabric/internal/handshake:FuzzHandshake:150000 ./shmring:FuzzRingFromPeer:100000 ./shmring:FuzzControlFrame:200000
 
 .PHONY: all build python pytest test unit fuzz lint demo bench clean
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"path"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 
+	"github.com/sluicefs/sluice/internal/crc32c"
 	"github.com/sluicefs/sluice/sdk"
 )
 
@@ -186,7 +186,7 @@ func (d *Dataset) Verify(ctx context.Context, progress func(samples int64)) erro
 		for r, i := range idx {
 			var crc uint32
 			for c := range d.m.Columns {
-				crc = crc32.Update(crc, castagnoli, valueBytes(rec.Column(c), r))
+				crc = crc32c.Update(crc, valueBytes(rec.Column(c), r))
 			}
 			if crc != d.ix.crc[i] {
 				rec.Release()

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"hash/crc32"
 	"path"
 	"regexp"
 	"sort"
@@ -298,5 +297,3 @@ func decodeManifest(name string, b []byte) (*Manifest, error) {
 	}
 	return m, nil
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -8,11 +8,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"math"
 	"path"
 	"unicode/utf8"
 
+	"github.com/sluicefs/sluice/internal/crc32c"
 	"github.com/sluicefs/sluice/sdk"
 )
 
@@ -105,7 +105,7 @@ func (w *Writer) Add(values ...any) error {
 			return fmt.Errorf("dataset %s: sample %d: %w", w.m.Name, w.m.Samples, err)
 		}
 		enc[i] = b
-		crc = crc32.Update(crc, castagnoli, b)
+		crc = crc32c.Update(crc, b)
 	}
 	start := w.off + int64(len(w.pending))
 	for i, c := range w.m.Columns {

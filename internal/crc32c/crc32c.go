@@ -1,0 +1,58 @@
+package crc32c
+
+import (
+	"hash/crc32"
+	"math/bits"
+)
+
+// Size is the length of a CRC32C in bytes.
+const Size = 4
+
+var table = crc32.MakeTable(crc32.Castagnoli)
+
+// Checksum is the CRC32C of b.
+func Checksum(b []byte) uint32 { return Update(0, b) }
+
+// Update returns crc extended by b, as crc32.Update with the Castagnoli
+// table does: Update(Checksum(a), b) == Checksum(a||b).
+func Update(crc uint32, b []byte) uint32 {
+	if useFold && len(b) >= minFold {
+		n := len(b) &^ (foldBlock - 1)
+		var x [16]byte
+		fold(^crc, b[:n], &x, &foldConsts)
+		// x has the CRC of b[:n] as its own CRC with a zero register.
+		crc = crc32.Update(0xFFFFFFFF, table, x[:])
+		b = b[n:]
+	}
+	return crc32.Update(crc, table, b)
+}
+
+// foldBlock is what one turn of the folding loop consumes; below minFold
+// the fold's fixed cost (constants, the final reductions) loses to
+// hash/crc32 (here: 31 ns against 19 at 512 bytes, 34 against 38 at 1 KiB).
+const (
+	foldBlock = 256
+	minFold   = 1024
+)
+
+// foldConsts: for fold distances of 256, 64 and 16 bytes, the multipliers
+// of an accumulator's low and high 64-bit halves.
+var foldConsts = [6]uint64{
+	foldConst(256*8 + 64), foldConst(256 * 8),
+	foldConst(64*8 + 64), foldConst(64 * 8),
+	foldConst(16*8 + 64), foldConst(16 * 8),
+}
+
+// foldConst is x^(k-1) mod P, bit-reflected into 64 bits: the carry-less
+// product of two reflected 64-bit values is the reflected product times x.
+func foldConst(k int) uint64 {
+	const poly = 0x1EDC6F41 // Castagnoli, x^32 implied
+	r := uint64(1)
+	for range k - 1 {
+		r <<= 1
+		if r&(1<<32) != 0 {
+			r ^= 1<<32 | poly
+		}
+	}
+	return bits.Reverse64(r)
+}

@@ -1,0 +1,116 @@
+package crc32c
+
+import (
+	"bytes"
+	"hash/crc32"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestMatchesHashCRC32: every length from 0 to 2 KiB plus large ones, at
+// every alignment within 64 bytes, with any starting CRC, gives
+// hash/crc32's value.
+func TestMatchesHashCRC32(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	buf := make([]byte, 1<<20+64)
+	for i := range buf {
+		buf[i] = byte(rng.Uint32())
+	}
+	lengths := []int{1 << 20, 1<<20 - 1, 65536 + 17, 4096, 4095, 4097}
+	for n := 0; n <= 2048; n++ {
+		lengths = append(lengths, n)
+	}
+	for _, n := range lengths {
+		for _, align := range []int{0, 1, 7, 8, 31, 63} {
+			b := buf[align : align+n]
+			init := rng.Uint32()
+			if got, want := Update(init, b), crc32.Update(init, table, b); got != want {
+				t.Fatalf("len %d align %d init %#x: %#x, want %#x", n, align, init, got, want)
+			}
+		}
+	}
+	if got, want := Checksum([]byte("123456789")), uint32(0xE3069283); got != want {
+		t.Fatalf("check value: %#x, want %#x", got, want)
+	}
+}
+
+// TestDetectsChanges: flipping any one bit of a 4 KiB block, or swapping
+// two of its 16-byte pieces, changes the checksum (the fold loses nothing).
+func TestDetectsChanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	b := make([]byte, 4096)
+	for i := range b {
+		b[i] = byte(rng.Uint32())
+	}
+	want := Checksum(b)
+	c := bytes.Clone(b)
+	for bit := 0; bit < len(b)*8; bit++ {
+		c[bit/8] ^= 1 << (bit % 8)
+		if Checksum(c) == want {
+			t.Fatalf("bit %d flipped, same CRC", bit)
+		}
+		c[bit/8] ^= 1 << (bit % 8)
+	}
+	copy(c[0:16], b[256:272])
+	copy(c[256:272], b[0:16])
+	if Checksum(c) == want {
+		t.Fatal("two pieces swapped, same CRC")
+	}
+}
+
+func FuzzUpdate(f *testing.F) {
+	f.Add(uint32(0), []byte("hello"), uint8(0))
+	long := make([]byte, 5000)
+	for i := range long {
+		long[i] = byte(i * 13)
+	}
+	f.Add(uint32(7), long, uint8(70))
+	f.Add(uint32(0xFFFFFFFF), long[:1024], uint8(16))
+	f.Fuzz(func(t *testing.T, init uint32, b []byte, split uint8) {
+		if got, want := Update(init, b), crc32.Update(init, table, b); got != want {
+			t.Fatalf("len %d: %#x, want %#x", len(b), got, want)
+		}
+		s := min(int(split)*16, len(b))
+		if got, want := Update(Update(init, b[:s]), b[s:]), crc32.Update(init, table, b); got != want {
+			t.Fatalf("split at %d of %d: %#x, want %#x", s, len(b), got, want)
+		}
+	})
+}
+
+func BenchmarkChecksum(b *testing.B) {
+	for _, size := range []int{512, 1024, 2048, 4096, 1 << 20} {
+		buf := make([]byte, size)
+		for i := range buf {
+			buf[i] = byte(i * 7)
+		}
+		b.Run(sizeName(size)+"/impl=sluice", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				Checksum(buf)
+			}
+		})
+		b.Run(sizeName(size)+"/impl=hash_crc32", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				crc32.Checksum(buf, table)
+			}
+		})
+	}
+}
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<20:
+		return "size=" + itoa(n>>20) + "MiB"
+	case n >= 1<<10:
+		return "size=" + itoa(n>>10) + "KiB"
+	}
+	return "size=" + itoa(n) + "B"
+}
+
+func itoa(n int) string {
+	if n < 10 {
+		return string(rune('0' + n))
+	}
+	return itoa(n/10) + string(rune('0'+n%10))
+}
