@@ -12,11 +12,11 @@ import (
 // hash/crc32's value.
 func TestMatchesHashCRC32(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	buf := make([]byte, 1<<20+64)
+	buf := make([]byte, 3<<20+512)
 	for i := range buf {
 		buf[i] = byte(rng.Uint32())
 	}
-	lengths := []int{1 << 20, 1<<20 - 1, 65536 + 17, 4096, 4095, 4097}
+	lengths := []int{3<<20 + 300, 2 << 20, 1<<20 + 1024, 1 << 20, 1<<20 - 1, 65536 + 17, 4096, 4095, 4097}
 	for n := 0; n <= 2048; n++ {
 		lengths = append(lengths, n)
 	}
