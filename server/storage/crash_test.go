@@ -79,11 +79,10 @@ func crashChild(spec string) error {
 			if err != nil {
 				return err
 			}
-			written, err := finish()
-			if err != nil {
+			if err := finish(); err != nil {
 				return err
 			}
-			if _, err := e.commit(crashChunk, v, written); err != nil {
+			if _, err := e.Commit(crashChunk, v); err != nil {
 				return err
 			}
 			fmt.Println(v)
@@ -150,6 +149,11 @@ func testCrashConsistency(t *testing.T, mode string) {
 		n, ver, err := e.Read(crashChunk, 0, buf)
 		e.Close()
 		if err != nil {
+			m, _ := e.Meta(crashChunk)
+			e2, _ := OpenEngine(EngineConfig{Dir: dir})
+			a, oka := e2.storedVersion(crashChunk, 0)
+			b, okb := e2.storedVersion(crashChunk, 1)
+			t.Logf("meta committed %d slot %d len %d stored %d; pending %v; slot0 %v %v; slot1 %v %v", m.Committed.Ver, m.Committed.Slot, m.Committed.Length, m.Committed.Stored, m.Pending.GetVer(), a.GetVer(), oka, b.GetVer(), okb)
 			t.Fatalf("round %d: read after kill: %v", round, err)
 		}
 		if ver.Ver != last && ver.Ver != last+1 {

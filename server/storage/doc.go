@@ -13,38 +13,41 @@
 // are never written while it is committed.
 //
 // After a crash at any moment (kill -9 or power loss) a chunk reads back as
-// its last committed version or, if the commit of the next one was under
-// way, that one; never a mixture, and an update a node acknowledged survives
-// power loss at that node. That rests on one rule: no record durably names a
-// version committed before its bytes are durable, except under a promotion
-// mark that opening the target settles by checking the bytes.
+// its last committed version or, if the next one was being stored, that
+// one; never a mixture, and an update a node acknowledged survives power
+// loss at that node. That rests on one rule: a node acknowledges a version
+// only once its bytes are durable in a file that says what they are.
 //
 // What is made durable, and when:
-//   - The data: written into its file, then written back to the device
-//     without a flush of the device's cache (sync_file_range) when the write
-//     is in place (the file's size unchanged and its blocks durably
-//     allocated since the engine opened: no metadata to make durable), else
-//     synced with fdatasync (and the directory, for a new file).
-//   - Committing (a chain's tail and a chain of one as they store, other
-//     nodes once their successor has committed): one synced Pebble batch
-//     naming the version pending with a promotion mark, then, unsynced, the
-//     record that commits it and clears the mark. The batch's sync flushes
-//     the device's cache, which makes data written back before it durable
-//     too: one flush per stored version, as a plain synced write of the same
-//     bytes costs, where a data sync followed by a record sync cost two and
-//     halved throughput on this kind of disk (BENCHMARKS.md). The commit
-//     record reaches the disk with the next synced write of any chunk.
-//   - Opening the target settles every mark: a marked pending version whose
-//     bytes all check out is committed (its node may have acknowledged it);
-//     one that does not is dropped (its node did not: acknowledgement waits
-//     for the synced batch, which follows the data's write-back or sync).
-//     There are at most as many marks as commits in flight at the crash,
-//     plus those whose clearing had not reached the disk.
-//   - Not the record of a pending version before its commit: losing it to
-//     power loss loses only an unacknowledged update, whose bytes then sit
-//     unnamed in a file no record points to.
-//   - A resync's full-chunk replacement (Replace): data synced, then a
-//     synced record.
+//   - The data: written into its file, in place, followed by a 64-byte
+//     trailer (chunk, slot, version, lengths, compression, the content's
+//     CRC32C, and a CRC of the trailer), and both synced with one
+//     fdatasync. That is the one wait for the disk a stored version costs,
+//     as a plain synced write of the same bytes does (a new file also
+//     syncs its directory). Chain nodes other than the tail sync while their
+//     successors store.
+//   - The record that names the version (pending, then committed): written
+//     to Pebble without a sync, except a chunk's first committed record,
+//     which is synced, so that a chunk with no record was never
+//     acknowledged. Waiting for a synced record after the data's sync cost
+//     a second wait (a journal commit on Pebble's growing log), a fifth of
+//     write throughput here (BENCHMARKS.md).
+//   - What finds a version whose record was lost: its trailer. Before the
+//     record is written, the chunk is named in the recent log (two small
+//     files written with write(2), never synced), which a synced Pebble
+//     write every 100 ms retires. Opening the target settles the chunks
+//     the log names: a trailer newer than the record, whose bytes all
+//     check out, is committed (a killed process may not have handed its
+//     last records to the kernel: Pebble buffers unsynced writes). If the
+//     target was last opened under another boot id (a crash of the
+//     machine, which may lose the log too), every chunk with a record is
+//     settled that way.
+//   - A resync's full-chunk replacement (Replace): data and trailer synced,
+//     then a synced record.
+//
+// A version found again this way may be one that was still pending on its
+// chain (stored, never acknowledged): a returning target resyncs from its
+// predecessor, which replaces any version whose number or checksum differs.
 //
 // Meta and chunks share the target's directory, and so a file system and a
 // device: a sync of either flushes the device's cache for both.
@@ -77,7 +80,7 @@
 // nothing more. Compressed versions are read by copy, not viewed.
 //
 // All chunk-data I/O goes through FS (OSFS; FaultFS injects errors and lost
-// writes, and its files neither map nor write back, so fault tests take the
-// copying and syncing paths). Disk full surfaces as ErrNoSpace; the target
-// keeps its last good state and stays up.
+// writes, and its files do not map, so fault tests take the copying path).
+// Disk full surfaces as ErrNoSpace; the target keeps its last good state
+// and stays up.
 package storage

@@ -1,7 +1,7 @@
 package storage
 
 import (
-	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -14,11 +14,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/klauspost/compress/s2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicefs/sluice/internal/tick"
 	"github.com/sluicefs/sluice/proto/storagepb"
 	"github.com/sluicefs/sluice/server/internal/pebbledb"
 )
@@ -92,6 +94,10 @@ type EngineConfig struct {
 	Compress bool
 	// MaxChunkSize bounds a chunk (default 4 MiB).
 	MaxChunkSize int
+	// BootID names the running boot of the machine (default: the kernel's
+	// boot id). Opening a target last opened under another one settles it
+	// (settleAfterReboot); tests set it to act out a power loss.
+	BootID string
 }
 
 // Engine stores one target's chunks. See the package doc for what is synced
@@ -102,8 +108,17 @@ type Engine struct {
 	chunks string
 	db     *pebble.DB
 	files  *fileCache
-	// allocated: which chunk files may be written back rather than synced
-	allocated allocatedFiles
+	// recent names chunks whose records may not have reached the kernel
+	// (see recentLog); noted counts its entries since the last sync of
+	// the records, which the loop that stop ends makes every 100 ms.
+	recent *recentLog
+	noted  atomic.Int64
+	boot   string
+	stop   context.CancelFunc
+	loop   sync.WaitGroup
+	// closeOnce, closeErr: Close's work and its result
+	closeOnce sync.Once
+	closeErr  error
 	metaMu    sync.RWMutex
 	metas     map[ChunkID]*storagepb.ChunkMeta // decoded records (see Meta)
 	metaGen   uint64                           // bumped by every record write
@@ -134,14 +149,30 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 		return nil, fmt.Errorf("open target %s metadata: %w", cfg.Dir, err)
 	}
 	e.db = db
-	if err := e.recoverMarked(); err != nil {
+	if e.boot = cfg.BootID; e.boot == "" {
+		e.boot = systemBootID()
+	}
+	if e.recent, err = openRecent(cfg.Dir); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("open target %s: settle interrupted commits: %w", cfg.Dir, err)
+		return nil, fmt.Errorf("open target %s: %w", cfg.Dir, err)
+	}
+	if err := e.settle(); err != nil {
+		e.recent.close()
+		db.Close()
+		return nil, fmt.Errorf("open target %s: settle stored versions: %w", cfg.Dir, err)
 	}
 	if err := e.removeOrphans(); err != nil {
+		e.recent.close()
 		db.Close()
 		return nil, err
 	}
+	ctx, stop := context.WithCancel(context.Background())
+	e.stop = stop
+	e.loop.Add(1)
+	go func() {
+		defer e.loop.Done()
+		tick.Every(ctx, 100*time.Millisecond, e.syncRecords)
+	}()
 	return e, nil
 }
 
@@ -155,10 +186,21 @@ func (e *Engine) Space() (total, free uint64, err error) {
 	return st.Blocks * uint64(st.Bsize), st.Bavail * uint64(st.Bsize), nil
 }
 
-// Close closes the metadata store and the open chunk files.
+// Close syncs the records, then closes the metadata store and the open
+// chunk files. Closing again does nothing.
 func (e *Engine) Close() error {
-	e.files.close()
-	return e.db.Close()
+	e.closeOnce.Do(func() {
+		e.stop()
+		e.loop.Wait()
+		err := e.syncRecordsNow()
+		if err == nil {
+			err = e.recent.clear()
+		}
+		e.recent.close()
+		e.files.close()
+		e.closeErr = errors.Join(err, e.db.Close())
+	})
+	return e.closeErr
 }
 
 func (e *Engine) lock(id ChunkID) *sync.Mutex {
@@ -283,13 +325,6 @@ func (e *Engine) insertMetaLocked(id ChunkID, m *storagepb.ChunkMeta) {
 }
 
 func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
-	return e.putMetaMarked(id, m, sync, 0)
-}
-
-// putMetaMarked writes the chunk's record and, in the same atomic batch,
-// its promotion mark (see storeCommit): with mark > 0 it sets the mark for
-// pending version mark, with mark < 0 it clears it.
-func (e *Engine) putMetaMarked(id ChunkID, m *storagepb.ChunkMeta, sync bool, mark int64) error {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		return err
@@ -298,79 +333,12 @@ func (e *Engine) putMetaMarked(id ChunkID, m *storagepb.ChunkMeta, sync bool, ma
 	if sync {
 		opts = pebble.Sync
 	}
-	if mark == 0 {
-		err = e.db.Set(id.key(), b, opts)
-	} else {
-		batch := e.db.NewBatch()
-		batch.Set(id.key(), b, nil)
-		if mark > 0 {
-			var v [8]byte
-			binary.BigEndian.PutUint64(v[:], uint64(mark))
-			batch.Set(id.markKey(), v[:], nil)
-		} else {
-			batch.Delete(id.markKey(), nil)
-		}
-		err = batch.Commit(opts)
-		batch.Close()
-	}
+	err = e.db.Set(id.key(), b, opts)
 	if err != nil {
 		e.cacheMeta(id, nil)
 		return fmt.Errorf("chunk %v metadata: %w", id, err)
 	}
 	e.cacheMeta(id, m)
-	return nil
-}
-
-// markKey is the key of the chunk's promotion mark: the chunk's key under
-// another prefix, so marks scan apart from records.
-func (c ChunkID) markKey() []byte {
-	k := c.key()
-	k[0] = 'p'
-	return k
-}
-
-// recoverMarked settles the chunks a crash caught in storeCommit: a marked
-// pending version whose bytes all check out was durably stored (and may
-// have been acknowledged), so it becomes the committed one; one that does
-// not check out was never acknowledged, and is dropped. There are at most
-// as many marks as commits were in flight, plus those whose clearing had
-// not reached the disk yet.
-func (e *Engine) recoverMarked() error {
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'p'}, UpperBound: []byte{'q'}})
-	if err != nil {
-		return err
-	}
-	type mark struct {
-		id  ChunkID
-		ver uint64
-	}
-	var marks []mark
-	for it.First(); it.Valid(); it.Next() {
-		k := bytes.Clone(it.Key())
-		k[0] = 'c'
-		id, ok := chunkFromKey(k)
-		if ok && len(it.Value()) == 8 {
-			marks = append(marks, mark{id, binary.BigEndian.Uint64(it.Value())})
-		}
-	}
-	if err := it.Close(); err != nil {
-		return err
-	}
-	for _, mk := range marks {
-		m, err := e.metaForUpdate(mk.id)
-		if err != nil {
-			return err
-		}
-		if p := m.GetPending(); p != nil && p.Ver == mk.ver {
-			if _, err := e.readVersion(mk.id, p, 0, make([]byte, p.Length)); err == nil {
-				m.Committed = p
-			}
-			m.Pending = nil
-		}
-		if err := e.putMetaMarked(mk.id, m, true, -1); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -407,18 +375,15 @@ type storeRequest struct {
 	// anyway, so a replica passes over pulled bytes once instead of twice.
 	want *uint32
 	// deferSync (Prepare only) leaves the data unsynced and returns what
-	// finishes it, for the caller to run while its successors store. The
-	// caller must run it, successfully, before it commits the version, and
-	// commit with written set to what it reports: true when the data was
-	// only written back (fileWrite.writeBack), to be made durable by the
-	// commit's own synced record.
+	// syncs it, for the caller to run while its successors store. The
+	// caller must run it, successfully, before it commits the version.
 	deferSync bool
 }
 
 // store is Prepare (or PrepareCommit, with r.commit). With r.deferSync it
-// returns what finishes the data's write for the caller to run (see
+// returns what syncs the data for the caller to run (see
 // storeRequest.deferSync); otherwise that is nil.
-func (e *Engine) store(r storeRequest) (*storagepb.Version, func() (written bool, err error), error) {
+func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error) {
 	id, ver, off, data := r.id, r.ver, r.off, r.data
 	if uint64(off)+uint64(len(data)) > uint64(e.cfg.MaxChunkSize) {
 		return nil, nil, fmt.Errorf("chunk %v: write to %d: %w (%d)", id, uint64(off)+uint64(len(data)), ErrTooLarge, e.cfg.MaxChunkSize)
@@ -462,15 +427,10 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() (written bool
 	if r.commit {
 		return e.storeCommit(id, m, v, stored, r.chainVer)
 	}
-	w, err := e.writeFile(id, v.Slot, stored)
-	var finish func() (bool, error)
+	w, err := e.writeFile(id, v, stored)
+	var finish func() error
 	if err == nil && r.deferSync {
-		finish = func() (bool, error) {
-			if done, err := w.writeBack(); done {
-				return true, err
-			}
-			return false, w.sync()
-		}
+		finish = w.sync
 	} else if err == nil {
 		err = w.sync()
 	}
@@ -492,18 +452,18 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() (written bool
 	return v, finish, nil
 }
 
-// storeCommit stores v (its bytes: stored) as the chunk's committed version
-// with one wait for the disk instead of two: the file's data is synced
-// while a synced record names v as pending, under a promotion mark in the
-// same batch; once both are durable, the record that commits v and clears
-// the mark is written without a sync (the next synced write, of any chunk,
-// carries it to the disk). If a crash comes first, opening the target
-// settles the mark (recoverMarked): v is committed if its bytes all check
-// out, dropped otherwise. Either way no record ever makes a version
-// committed whose bytes may not be on the disk, and v is committed after
-// power loss once storeCommit has returned.
-func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Version, stored []byte, chainVer uint64) (*storagepb.Version, func() (bool, error), error) {
-	w, err := e.writeFile(id, v.Slot, stored)
+// storeCommit stores v (its bytes: stored) as the chunk's committed
+// version, waiting for the disk once: the data and its trailer are synced
+// together, then the record that commits v is written without a sync (the
+// trailer is what finds v again if a crash of the machine loses the
+// record; see settleAfterReboot), except for a chunk's first version,
+// whose record is synced so that a chunk with no record was never
+// acknowledged.
+func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Version, stored []byte, chainVer uint64) (*storagepb.Version, func() error, error) {
+	w, err := e.writeFile(id, v, stored)
+	if err == nil {
+		err = w.sync()
+	}
 	if err != nil {
 		if m.Pending != nil {
 			// The failed write may have damaged the pending version's file.
@@ -512,45 +472,16 @@ func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Ve
 		}
 		return nil, nil, err
 	}
-	if done, werr := w.writeBack(); done {
-		// The record's sync flushes the data written back before it.
-		err = werr
-		if err == nil {
-			err = e.markedCommit(id, m.GetCommitted(), v, chainVer, nil)
-		}
+	next := &storagepb.ChunkMeta{Committed: v, ChainVer: chainVer}
+	if m.GetCommitted() == nil {
+		err = e.putMeta(id, next, true)
 	} else {
-		err = e.markedCommit(id, m.GetCommitted(), v, chainVer, w.sync)
+		err = e.putRecent(id, next)
 	}
 	if err != nil {
-		e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: m.GetCommitted(), ChainVer: m.ChainVer}, false, -1)
 		return nil, nil, err
 	}
 	return v, nil, nil
-}
-
-// markedCommit makes v the chunk's committed version in place of prev
-// with one synced record: the record naming v pending under a promotion
-// mark, synced while syncData (if not nil) makes v's data durable, and
-// whose sync flushes data written back before it too. The record that
-// commits v and clears the mark follows unsynced. A crash in between is
-// settled when the target opens (recoverMarked).
-func (e *Engine) markedCommit(id ChunkID, prev, v *storagepb.Version, chainVer uint64, syncData func() error) error {
-	marked := &storagepb.ChunkMeta{Committed: prev, Pending: v, ChainVer: chainVer}
-	var err error
-	if syncData == nil {
-		err = e.putMetaMarked(id, marked, true, int64(v.Ver))
-	} else {
-		synced := make(chan error, 1)
-		go func() { synced <- syncData() }()
-		err = e.putMetaMarked(id, marked, true, int64(v.Ver))
-		if serr := <-synced; err == nil {
-			err = serr
-		}
-	}
-	if err != nil {
-		return err
-	}
-	return e.putMetaMarked(id, &storagepb.ChunkMeta{Committed: v, ChainVer: chainVer}, false, -1)
 }
 
 // freeSlot is the slot a new version of the chunk goes to: the one the
@@ -562,34 +493,28 @@ func freeSlot(m *storagepb.ChunkMeta) uint32 {
 	return 0
 }
 
-// writeFile writes a version into one of the chunk's files, in place, and
-// returns the write, not yet durable, for the caller to finish (sync or
-// writeBack). No record names that slot for reading meanwhile (the committed
-// version is in the other one), and the slot's lock keeps out readers that
-// looked it up before.
-func (e *Engine) writeFile(id ChunkID, slot uint32, b []byte) (*fileWrite, error) {
-	l := e.slotLock(id, slot)
+// writeFile writes version v (its bytes: b) into its slot's file, in
+// place, followed by its trailer, and returns the write, not yet durable,
+// for the caller to sync. No record names that slot for reading meanwhile
+// (the committed version is in the other one), and the slot's lock keeps
+// out readers that looked it up before.
+func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte) (*fileWrite, error) {
+	l := e.slotLock(id, v.Slot)
 	l.Lock()
 	defer l.Unlock()
-	e.slotWritten(id, slot)
-	key := fileKey{id, slot}
-	name := join(e.chunks, id.fileName(slot))
+	e.slotWritten(id, v.Slot)
+	name := join(e.chunks, id.fileName(v.Slot))
 	f, created, err := e.fs.OpenWrite(name)
 	if err != nil {
 		return nil, diskError(id, err)
 	}
-	size := int64(-1)
-	if v, ok := f.(Viewer); ok && !created {
-		size, _ = v.Size()
-	}
-	w := &fileWrite{e: e, id: id, key: key, f: f, created: created, size: int64(len(b))}
-	w.inPlace = size == w.size && e.allocated.has(key, w.size)
-	if !w.inPlace {
-		e.allocated.forget(key)
-	}
+	w := &fileWrite{e: e, id: id, f: f, created: created}
 	_, err = f.WriteAt(b, 0)
 	if err == nil {
-		err = f.Truncate(int64(len(b)))
+		_, err = f.WriteAt(newTrailer(id, v).encode(), int64(len(b)))
+	}
+	if err == nil {
+		err = f.Truncate(int64(len(b)) + trailerSize)
 	}
 	if err != nil {
 		f.Close()
@@ -599,22 +524,17 @@ func (e *Engine) writeFile(id ChunkID, slot uint32, b []byte) (*fileWrite, error
 }
 
 // fileWrite is a write into a chunk's file that is in the kernel, not yet
-// durable. Finish it with sync, or with writeBack where that suffices.
+// durable. Finish it with sync.
 type fileWrite struct {
 	e       *Engine
 	id      ChunkID
-	key     fileKey
 	f       File
 	created bool
-	size    int64
-	// inPlace: the write changed no metadata. The file had this size
-	// before, and a sync since the engine opened made its blocks durably
-	// allocated, so only its data is new.
-	inPlace bool
 }
 
-// sync makes the write durable (fdatasync, and the directory's entry for a
-// new file) and closes the file.
+// sync makes the write durable (fdatasync: the data, the trailer and the
+// file's size, and the directory's entry for a new file) and closes the
+// file.
 func (w *fileWrite) sync() error {
 	err := w.f.Sync()
 	if cerr := w.f.Close(); err == nil {
@@ -624,82 +544,13 @@ func (w *fileWrite) sync() error {
 		err = w.e.fs.SyncDir(w.e.chunks)
 	}
 	if err != nil {
-		w.e.allocated.forget(w.key)
 		return diskError(w.id, err)
 	}
-	w.e.allocated.add(w.key, w.size)
 	return nil
-}
-
-// writeBack, for a write in place, has the data written to the device and
-// waits for that, without flushing the device's cache (sync_file_range),
-// and closes the file: the data is durable once the device's cache is
-// flushed afterwards, which any sync on the file system does (the synced
-// record that follows it). It reports false, doing nothing, where that does
-// not suffice: a write that changed the file's size or allocation, whose
-// metadata only a sync makes durable, or a file that cannot.
-//
-// This is what makes a stored version cost one flush of the disk's cache,
-// as a plain synced write does, rather than two: one for the data, then
-// one for the record. Nothing orders the two writes on the device, so a
-// record may outlive data it names; storeCommit's promotion mark is what
-// makes that safe (see the package doc).
-func (w *fileWrite) writeBack() (bool, error) {
-	wb, ok := w.f.(WriteBacker)
-	if !w.inPlace || !ok {
-		return false, nil
-	}
-	err := wb.WriteBack(0, w.size)
-	if cerr := w.f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		w.e.allocated.forget(w.key)
-		return true, diskError(w.id, err)
-	}
-	return true, nil
 }
 
 // close drops a write that will not be finished.
 func (w *fileWrite) close() { w.f.Close() }
-
-// allocatedFiles remembers, for chunk files synced since the engine
-// opened, the size their blocks were durably allocated at (see
-// fileWrite.inPlace). Forgetting costs only a full sync next time.
-type allocatedFiles struct {
-	mu    sync.Mutex
-	sizes map[fileKey]int64
-}
-
-const maxAllocatedFiles = 1 << 16
-
-func (a *allocatedFiles) has(k fileKey, size int64) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	n, ok := a.sizes[k]
-	return ok && n == size
-}
-
-func (a *allocatedFiles) add(k fileKey, size int64) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.sizes == nil {
-		a.sizes = make(map[fileKey]int64)
-	}
-	if len(a.sizes) >= maxAllocatedFiles {
-		for k := range a.sizes { // any one: map order is random
-			delete(a.sizes, k)
-			break
-		}
-	}
-	a.sizes[k] = size
-}
-
-func (a *allocatedFiles) forget(k fileKey) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	delete(a.sizes, k)
-}
 
 func diskError(id ChunkID, err error) error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
@@ -723,7 +574,7 @@ func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
 	}
 	v := newVersion(ver, data)
 	v.Slot = freeSlot(m)
-	w, err := e.writeFile(id, v.Slot, data)
+	w, err := e.writeFile(id, v, data)
 	if err == nil {
 		err = w.sync()
 	}
@@ -749,15 +600,11 @@ func newVersion(ver uint64, content []byte) *storagepb.Version {
 }
 
 // Commit makes version ver, prepared before, the committed one. Committing
-// a version already committed (or superseded) is a no-op.
+// a version already committed (or superseded) is a no-op. The version's
+// data is durable already (Prepare, or the sync a deferred Prepare
+// returned), so its record is written without a sync, except for the
+// chunk's first version (see storeCommit).
 func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
-	return e.commit(id, ver, false)
-}
-
-// commit is Commit; written says the version's data was written back
-// (storeRequest.deferSync), not synced, so the commit goes through
-// markedCommit, whose record's sync makes the data durable too.
-func (e *Engine) commit(id ChunkID, ver uint64, written bool) (*storagepb.Version, error) {
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -772,14 +619,14 @@ func (e *Engine) commit(id ChunkID, ver uint64, written bool) (*storagepb.Versio
 	if p == nil || p.Ver != ver {
 		return nil, fmt.Errorf("chunk %v: commit %d, pending %d: %w", id, ver, p.GetVer(), ErrVersion)
 	}
-	if written {
-		if err := e.markedCommit(id, m.GetCommitted(), p, m.ChainVer, nil); err != nil {
-			return nil, err
-		}
-		return p, nil
-	}
+	first := m.Committed == nil
 	m.Committed, m.Pending = p, nil
-	if err := e.putMeta(id, m, true); err != nil {
+	if first {
+		err = e.putMeta(id, m, true)
+	} else {
+		err = e.putRecent(id, m)
+	}
+	if err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -1111,7 +958,6 @@ func (e *Engine) Remove(id ChunkID) error {
 		l := e.slotLock(id, slot)
 		l.Lock()
 		e.slotWritten(id, slot)
-		e.allocated.forget(fileKey{id, slot})
 		e.files.evict(fileKey{id, slot})
 		e.fs.Remove(join(e.chunks, id.fileName(slot)))
 		l.Unlock()

@@ -8,8 +8,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // FS is the seam every chunk-data access goes through, so tests can inject
@@ -53,18 +51,6 @@ type Viewer interface {
 	Size() (int64, error)
 }
 
-// WriteBacker is a File that can have its data written to the device
-// without a flush of the device's cache or of the file's metadata. OSFS's
-// files can; FaultFS's cannot, so fault tests take the synced path.
-type WriteBacker interface {
-	// WriteBack writes the file's dirty pages in [off, off+n) to the
-	// device and waits for that (sync_file_range). The data is durable
-	// only once the device's cache is flushed afterwards (any fsync on the
-	// file system does that), and only if the write allocated no blocks
-	// and changed no size: WriteBack makes no metadata durable.
-	WriteBack(off, n int64) error
-}
-
 // OSFS is FS on the operating system's files.
 type OSFS struct{}
 
@@ -84,11 +70,6 @@ func (f *osFile) Map(n int) ([]byte, error) {
 	}
 	f.mapped = b
 	return b, nil
-}
-
-func (f *osFile) WriteBack(off, n int64) error {
-	return unix.SyncFileRange(int(f.Fd()), off, n,
-		unix.SYNC_FILE_RANGE_WAIT_BEFORE|unix.SYNC_FILE_RANGE_WRITE|unix.SYNC_FILE_RANGE_WAIT_AFTER)
 }
 
 func (f *osFile) Size() (int64, error) {

@@ -248,28 +248,20 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 			UpdateVer: ver, FullChunk: true, Src: n.remote(fslot, uint32(got)),
 		}, func() { n.free <- fslot }, nil
 	}
-	type finished struct {
-		written bool
-		err     error
-	}
-	done := make(chan finished, 1)
+	synced := make(chan error, 1)
 	if finish != nil {
-		go func() {
-			written, err := finish()
-			done <- finished{written, err}
-		}()
+		go func() { synced <- finish() }()
 	} else {
-		done <- finished{}
+		synced <- nil
 	}
 	err = n.forward(ctx, TargetID(req.Target), fwd, full)
-	f := <-done
-	if err == nil {
-		err = f.err
+	if serr := <-synced; err == nil {
+		err = serr
 	}
 	if err != nil {
 		return nil, err
 	}
-	if _, err := e.commit(id, ver, f.written); err != nil {
+	if _, err := e.Commit(id, ver); err != nil {
 		return nil, err
 	}
 	return &storagepb.UpdateReply{CommitVer: ver, ChunkLen: v.Length}, nil
