@@ -149,11 +149,6 @@ func testCrashConsistency(t *testing.T, mode string) {
 		n, ver, err := e.Read(crashChunk, 0, buf)
 		e.Close()
 		if err != nil {
-			m, _ := e.Meta(crashChunk)
-			e2, _ := OpenEngine(EngineConfig{Dir: dir})
-			a, oka := e2.storedVersion(crashChunk, 0)
-			b, okb := e2.storedVersion(crashChunk, 1)
-			t.Logf("meta committed %d slot %d len %d stored %d; pending %v; slot0 %v %v; slot1 %v %v", m.Committed.Ver, m.Committed.Slot, m.Committed.Length, m.Committed.Stored, m.Pending.GetVer(), a.GetVer(), oka, b.GetVer(), okb)
 			t.Fatalf("round %d: read after kill: %v", round, err)
 		}
 		if ver.Ver != last && ver.Ver != last+1 {

@@ -16,38 +16,44 @@
 // its last committed version or, if the next one was being stored, that
 // one; never a mixture, and an update a node acknowledged survives power
 // loss at that node. That rests on one rule: a node acknowledges a version
-// only once its bytes are durable in a file that says what they are.
+// only once its bytes are durable and something durable says it committed
+// them: the trailer of a version committed as it was stored, or else a
+// synced record.
 //
 // What is made durable, and when:
 //   - The data: written into its file, in place, followed by a 64-byte
-//     trailer (chunk, slot, version, lengths, compression, the content's
-//     CRC32C, and a CRC of the trailer), and both synced with one
-//     fdatasync. That is the one wait for the disk a stored version costs,
-//     as a plain synced write of the same bytes does (a new file also
-//     syncs its directory). Chain nodes other than the tail sync while their
-//     successors store.
-//   - The record that names the version (pending, then committed): written
-//     to Pebble without a sync, except a chunk's first committed record,
-//     which is synced, so that a chunk with no record was never
-//     acknowledged. Waiting for a synced record after the data's sync cost
-//     a second wait (a journal commit on Pebble's growing log), a fifth of
-//     write throughput here (BENCHMARKS.md).
-//   - What finds a version whose record was lost: its trailer. Before the
-//     record is written, the chunk is named in the recent log (two small
+//     trailer (chunk, slot, version, lengths, compression, whether the
+//     version was committed as it was stored, the content's CRC32C, and a
+//     CRC of the trailer), and both synced with one fdatasync. That is the
+//     one wait for the disk a version stored at a chain's tail (or in a
+//     chain of one) costs, as a plain synced write of the same bytes does
+//     (a new file also syncs its directory). Other chain nodes sync while
+//     their successors store.
+//   - The record of a version committed as stored (tail, chain of one):
+//     written to Pebble without a sync, except a chunk's first one, which is
+//     synced, so that a chunk with no record was never acknowledged.
+//     Waiting for a synced record after the data's sync cost a second wait
+//     (a journal commit on Pebble's growing log), a fifth of write
+//     throughput here (BENCHMARKS.md).
+//   - What finds such a version if its record is lost: its trailer. Before
+//     the record is written the chunk is named in the recent log (two small
 //     files written with write(2), never synced), which a synced Pebble
 //     write every 100 ms retires. Opening the target settles the chunks
-//     the log names: a trailer newer than the record, whose bytes all
-//     check out, is committed (a killed process may not have handed its
-//     last records to the kernel: Pebble buffers unsynced writes). If the
-//     target was last opened under another boot id (a crash of the
-//     machine, which may lose the log too), every chunk with a record is
-//     settled that way.
+//     the log names (a killed process may not have handed its last records
+//     to the kernel: Pebble buffers unsynced writes): a trailer marked
+//     committed, newer than the record, whose bytes all check out, is
+//     synced and committed. If the target was last opened under another
+//     boot id (a crash of the machine, which may lose the log too), every
+//     chunk with a record is settled that way.
+//   - A pending version (stored by a node that is not its chain's tail):
+//     its record is not synced, and settling never takes it, so a node
+//     never finds itself committed to a version its successors may not
+//     have. Its commit, once the successor has committed, is a synced
+//     record: the node's own commit survives it.
 //   - A resync's full-chunk replacement (Replace): data and trailer synced,
-//     then a synced record.
-//
-// A version found again this way may be one that was still pending on its
-// chain (stored, never acknowledged): a returning target resyncs from its
-// predecessor, which replaces any version whose number or checksum differs.
+//     a synced record, then the chunk's other file removed, durably (it may
+//     hold a higher version a settle would otherwise take). Remove syncs
+//     the directory after deleting the files, for the same reason.
 //
 // Meta and chunks share the target's directory, and so a file system and a
 // device: a sync of either flushes the device's cache for both.

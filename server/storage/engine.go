@@ -427,7 +427,7 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 	if r.commit {
 		return e.storeCommit(id, m, v, stored, r.chainVer)
 	}
-	w, err := e.writeFile(id, v, stored)
+	w, err := e.writeFile(id, v, stored, false)
 	var finish func() error
 	if err == nil && r.deferSync {
 		finish = w.sync
@@ -460,7 +460,7 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 // whose record is synced so that a chunk with no record was never
 // acknowledged.
 func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Version, stored []byte, chainVer uint64) (*storagepb.Version, func() error, error) {
-	w, err := e.writeFile(id, v, stored)
+	w, err := e.writeFile(id, v, stored, true)
 	if err == nil {
 		err = w.sync()
 	}
@@ -494,11 +494,11 @@ func freeSlot(m *storagepb.ChunkMeta) uint32 {
 }
 
 // writeFile writes version v (its bytes: b) into its slot's file, in
-// place, followed by its trailer, and returns the write, not yet durable,
-// for the caller to sync. No record names that slot for reading meanwhile
+// place, followed by its trailer (committed: v is committed as it is
+// stored), and returns the write, not yet durable, for the caller to sync. No record names that slot for reading meanwhile
 // (the committed version is in the other one), and the slot's lock keeps
 // out readers that looked it up before.
-func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte) (*fileWrite, error) {
+func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte, committed bool) (*fileWrite, error) {
 	l := e.slotLock(id, v.Slot)
 	l.Lock()
 	defer l.Unlock()
@@ -511,7 +511,7 @@ func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte) (*fileWri
 	w := &fileWrite{e: e, id: id, f: f, created: created}
 	_, err = f.WriteAt(b, 0)
 	if err == nil {
-		_, err = f.WriteAt(newTrailer(id, v).encode(), int64(len(b)))
+		_, err = f.WriteAt(newTrailer(id, v, committed).encode(), int64(len(b)))
 	}
 	if err == nil {
 		err = f.Truncate(int64(len(b)) + trailerSize)
@@ -574,14 +574,25 @@ func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
 	}
 	v := newVersion(ver, data)
 	v.Slot = freeSlot(m)
-	w, err := e.writeFile(id, v, data)
+	w, err := e.writeFile(id, v, data, true)
 	if err == nil {
 		err = w.sync()
+	}
+	if err == nil {
+		err = e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer}, true)
 	}
 	if err != nil {
 		return err
 	}
-	return e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer}, true)
+	// The other file may hold a higher version (a resync can go back), whose
+	// trailer a later settle would take: it goes, durably.
+	if err := e.dropFile(id, 1-v.Slot); err != nil {
+		return err
+	}
+	if err := e.fs.SyncDir(e.chunks); err != nil {
+		return diskError(id, err)
+	}
+	return nil
 }
 
 // newVersion describes uncompressed content as version ver.
@@ -599,11 +610,11 @@ func newVersion(ver uint64, content []byte) *storagepb.Version {
 	return v
 }
 
-// Commit makes version ver, prepared before, the committed one. Committing
-// a version already committed (or superseded) is a no-op. The version's
-// data is durable already (Prepare, or the sync a deferred Prepare
-// returned), so its record is written without a sync, except for the
-// chunk's first version (see storeCommit).
+// Commit makes version ver, prepared before, the committed one, with a
+// synced record: a chain's node that is not its tail commits when its
+// successor has, and its own commit must survive it (its trailer says
+// pending, and settle never takes a pending version). Committing a version
+// already committed (or superseded) is a no-op.
 func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
 	mu := e.lock(id)
 	mu.Lock()
@@ -619,14 +630,8 @@ func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
 	if p == nil || p.Ver != ver {
 		return nil, fmt.Errorf("chunk %v: commit %d, pending %d: %w", id, ver, p.GetVer(), ErrVersion)
 	}
-	first := m.Committed == nil
 	m.Committed, m.Pending = p, nil
-	if first {
-		err = e.putMeta(id, m, true)
-	} else {
-		err = e.putRecent(id, m)
-	}
-	if err != nil {
+	if err := e.putMeta(id, m, true); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -944,7 +949,10 @@ func (e *Engine) Chunks(fn func(ChunkID, *storagepb.ChunkMeta) bool) error {
 	return it.Error()
 }
 
-// Remove deletes a chunk: metadata first, then its files.
+// Remove deletes a chunk: metadata first (synced), then its files, and
+// their removal is synced too: a file of a removed chunk that came back
+// after a crash could otherwise be taken by a chunk of the same name
+// created later.
 func (e *Engine) Remove(id ChunkID) error {
 	mu := e.lock(id)
 	mu.Lock()
@@ -955,12 +963,27 @@ func (e *Engine) Remove(id ChunkID) error {
 		return fmt.Errorf("chunk %v metadata: %w", id, err)
 	}
 	for slot := uint32(0); slot < 2; slot++ {
-		l := e.slotLock(id, slot)
-		l.Lock()
-		e.slotWritten(id, slot)
-		e.files.evict(fileKey{id, slot})
-		e.fs.Remove(join(e.chunks, id.fileName(slot)))
-		l.Unlock()
+		if err := e.dropFile(id, slot); err != nil {
+			return err
+		}
+	}
+	if err := e.fs.SyncDir(e.chunks); err != nil {
+		return diskError(id, err)
+	}
+	return nil
+}
+
+// dropFile removes one of the chunk's files under its slot's lock: readers
+// holding a view of it see it written over (slotWritten), and the file
+// cache lets it go. Syncing the directory is the caller's.
+func (e *Engine) dropFile(id ChunkID, slot uint32) error {
+	l := e.slotLock(id, slot)
+	l.Lock()
+	defer l.Unlock()
+	e.slotWritten(id, slot)
+	e.files.evict(fileKey{id, slot})
+	if err := e.fs.Remove(join(e.chunks, id.fileName(slot))); err != nil && !isNotExist(err) {
+		return diskError(id, err)
 	}
 	return nil
 }

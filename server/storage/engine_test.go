@@ -280,6 +280,56 @@ func TestEngineChunkOrder(t *testing.T) {
 	}
 }
 
+// TestEngineSettleTakesOnlyCommitted: a reboot never makes a version
+// committed that the node had not committed: a pending one (a chain node
+// that is not the tail stored it, its successors may never have), the
+// higher version a resync replaced, or a removed chunk.
+func TestEngineSettleTakesOnlyCommitted(t *testing.T) {
+	dir := t.TempDir()
+	boot := 0
+	open := func() *Engine {
+		boot++
+		e, err := OpenEngine(EngineConfig{Dir: dir, BootID: fmt.Sprint("boot-", boot)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	pending, replaced, removed := ChunkID{Inode: 1}, ChunkID{Inode: 2}, ChunkID{Inode: 3}
+	e := open()
+	for _, id := range []ChunkID{pending, replaced, removed} {
+		if _, err := e.PrepareCommit(id, 1, 0, []byte("one"), true, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Prepare(pending, 2, 0, []byte("two, pending"), true, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.PrepareCommit(replaced, 2, 0, []byte("two"), true, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Replace(replaced, 1, []byte("one again")); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Remove(removed); err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	e = open()
+	defer e.Close()
+	for id, want := range map[ChunkID]string{pending: "one", replaced: "one again"} {
+		if got := readAll(t, e, id); string(got) != want {
+			t.Fatalf("chunk %v after a reboot: %q, want %q", id, got, want)
+		}
+	}
+	if _, _, err := e.Read(removed, 0, make([]byte, 8)); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("removed chunk after a reboot: %v", err)
+	}
+	if m, _ := e.Meta(pending); m.Pending == nil || m.Pending.Ver != 2 {
+		t.Fatalf("the pending version's record after a reboot: %v (want it pending still)", m)
+	}
+}
+
 // TestEngineSettlesAfterReboot: a stored version's record is written
 // without a sync, so a crash of the machine may lose it; the version's
 // trailer, synced with its data, finds it again. Acted out by putting the

@@ -78,7 +78,7 @@ func (l *recentLog) note(id ChunkID) error {
 	binary.LittleEndian.PutUint32(b[8:], id.Index)
 	binary.LittleEndian.PutUint32(b[12:], crc32c.Checksum(b[:12]))
 	if _, err := l.files[l.cur].Write(b[:]); err != nil {
-		return fmt.Errorf("chunk %v: recent chunks log: %w", id, err)
+		return diskError(id, fmt.Errorf("recent chunks log: %w", err))
 	}
 	return nil
 }

@@ -28,7 +28,7 @@ import (
 //	[24:28) slot
 //	[28:32) content length
 //	[32:36) stored length (the bytes before the trailer)
-//	[36:40) flags (1: stored s2-compressed)
+//	[36:40) flags (1: stored s2-compressed; 2: committed as stored)
 //	[40:44) CRC32C of the content
 //	[44:60) zero
 //	[60:64) CRC32C of [0:60)
@@ -43,11 +43,21 @@ type trailer struct {
 	length     uint32
 	stored     uint32
 	compressed bool
-	crc        uint32
+	// committed: the version was committed as it was stored (a chain's
+	// tail, a chain of one, a resync's replacement), so finding it whole
+	// is knowing it committed. Any other version was pending when stored;
+	// its commit is a synced record (Engine.Commit), never a trailer.
+	committed bool
+	crc       uint32
 }
 
-func newTrailer(id ChunkID, v *storagepb.Version) trailer {
-	return trailer{id: id, slot: v.Slot, ver: v.Ver, length: v.Length, stored: v.Stored, compressed: v.Compressed, crc: v.Crc}
+const (
+	flagCompressed = 1
+	flagCommitted  = 2
+)
+
+func newTrailer(id ChunkID, v *storagepb.Version, committed bool) trailer {
+	return trailer{id: id, slot: v.Slot, ver: v.Ver, length: v.Length, stored: v.Stored, compressed: v.Compressed, committed: committed, crc: v.Crc}
 }
 
 func (t trailer) encode() []byte {
@@ -59,9 +69,14 @@ func (t trailer) encode() []byte {
 	binary.LittleEndian.PutUint32(b[24:], t.slot)
 	binary.LittleEndian.PutUint32(b[28:], t.length)
 	binary.LittleEndian.PutUint32(b[32:], t.stored)
+	var flags uint32
 	if t.compressed {
-		binary.LittleEndian.PutUint32(b[36:], 1)
+		flags |= flagCompressed
 	}
+	if t.committed {
+		flags |= flagCommitted
+	}
+	binary.LittleEndian.PutUint32(b[36:], flags)
 	binary.LittleEndian.PutUint32(b[40:], t.crc)
 	binary.LittleEndian.PutUint32(b[60:], crc32c.Checksum(b[:60]))
 	return b
@@ -74,7 +89,7 @@ func decodeTrailer(b []byte) (t trailer, ok bool) {
 		return trailer{}, false
 	}
 	flags := binary.LittleEndian.Uint32(b[36:])
-	if flags&^1 != 0 {
+	if flags&^(flagCompressed|flagCommitted) != 0 {
 		return trailer{}, false
 	}
 	return trailer{
@@ -83,7 +98,8 @@ func decodeTrailer(b []byte) (t trailer, ok bool) {
 		slot:       binary.LittleEndian.Uint32(b[24:]),
 		length:     binary.LittleEndian.Uint32(b[28:]),
 		stored:     binary.LittleEndian.Uint32(b[32:]),
-		compressed: flags&1 != 0,
+		compressed: flags&flagCompressed != 0,
+		committed:  flags&flagCommitted != 0,
 		crc:        binary.LittleEndian.Uint32(b[40:]),
 	}, true
 }
@@ -102,18 +118,22 @@ func systemBootID() string {
 	return strings.TrimSpace(string(b))
 }
 
-// settle finds versions that were stored durably but whose records were
-// lost. Records are written without a sync (the data's fdatasync, trailer
-// included, is what makes a version durable), so a killed process can lose
-// the last ones Pebble had not handed to the kernel yet, and a crash of the
-// machine those the file system had not synced. After a kill the recent
-// log names the chunks that may be affected; after a reboot (the target
-// was last opened under another boot id, or the boot id cannot be read)
-// the log may be lost too, and every chunk with a record is looked at. For
-// each, both trailers are read, and the newest version newer than the
-// record's, whose bytes all check out, is committed. Chunks without a
-// record are not looked at: a chunk's first record is synced, so a chunk
-// without one was never acknowledged, or was removed.
+// settle finds versions that were committed as they were stored, durably,
+// but whose records were lost. Such records are written without a sync
+// (the data's fdatasync, trailer included, is what makes the version
+// durable), so a killed process can lose the last ones Pebble had not
+// handed to the kernel yet, and a crash of the machine those the file
+// system had not synced. After a kill the recent log names the chunks that
+// may be affected; after a reboot (the target was last opened under
+// another boot id, or the boot id cannot be read) the log may be lost too,
+// and every chunk with a record is looked at. For each, both trailers are
+// read, and the newest version marked committed, newer than the record's,
+// whose bytes all check out, is synced (a killed process may have left it
+// in the page cache only) and committed. Pending versions are never taken:
+// a chain's node that is not its tail must not find itself committed to a
+// version its successors may never have got. Chunks without a record are
+// not looked at: a chunk's first record is synced, so a chunk without one
+// was never acknowledged, or was removed.
 func (e *Engine) settle() error {
 	last := ""
 	if v, closer, err := e.db.Get(bootKey); err == nil {
@@ -185,8 +205,8 @@ func (e *Engine) syncRecords() {
 	}
 }
 
-// putRecent writes a record without a sync, naming the chunk in the recent
-// log first (see recentLog).
+// putRecent writes the record of a version committed as stored without a
+// sync, naming the chunk in the recent log first (see recentLog).
 func (e *Engine) putRecent(id ChunkID, m *storagepb.ChunkMeta) error {
 	e.recent.mu.RLock()
 	defer e.recent.mu.RUnlock()
@@ -197,17 +217,23 @@ func (e *Engine) putRecent(id ChunkID, m *storagepb.ChunkMeta) error {
 	return e.putMeta(id, m, false)
 }
 
-// settleChunk commits the newest durably stored version of the chunk that
-// is newer than its record's committed one, if there is one.
+// settleChunk commits the newest version of the chunk that was committed
+// as stored and is newer than its record's committed one, if there is one.
 func (e *Engine) settleChunk(id ChunkID) error {
 	m, err := e.metaForUpdate(id)
 	if err != nil {
 		return err
 	}
+	if m.Committed == nil && m.Pending == nil {
+		return nil // removed, or never acknowledged
+	}
 	var best *storagepb.Version
 	for slot := uint32(0); slot < 2; slot++ {
-		v, ok := e.storedVersion(id, slot)
-		if ok && v.Ver > m.GetCommitted().GetVer() && v.Ver > best.GetVer() {
+		v, ok, err := e.storedVersion(id, slot, max(m.GetCommitted().GetVer(), best.GetVer()))
+		if err != nil {
+			return err
+		}
+		if ok {
 			best = v
 		}
 	}
@@ -217,39 +243,57 @@ func (e *Engine) settleChunk(id ChunkID) error {
 	return e.putMeta(id, &storagepb.ChunkMeta{Committed: best, ChainVer: m.ChainVer}, false)
 }
 
-// storedVersion reads the version in one of the chunk's files from its
-// trailer and checks every byte of it; ok is false for a missing, torn,
-// foreign or damaged file.
-func (e *Engine) storedVersion(id ChunkID, slot uint32) (*storagepb.Version, bool) {
+// storedVersion returns the version in one of the chunk's files if its
+// trailer marks it committed and newer than after, and every byte of it
+// checks out; it syncs the file before it says so. ok is false for a
+// missing, older, pending, torn, foreign or damaged file; err is a failed
+// sync.
+func (e *Engine) storedVersion(id ChunkID, slot uint32, after uint64) (v *storagepb.Version, ok bool, err error) {
 	f, err := e.fs.Open(join(e.chunks, id.fileName(slot)))
 	if err != nil {
-		return nil, false
+		return nil, false, nil
 	}
 	defer f.Close()
+	var tb [trailerSize]byte
+	if vw, isView := f.(Viewer); isView { // read the trailer alone first
+		size, err := vw.Size()
+		if err != nil || size < trailerSize {
+			return nil, false, nil
+		}
+		if _, err := f.ReadAt(tb[:], size-trailerSize); err != nil {
+			return nil, false, nil
+		}
+		if t, ok := decodeTrailer(tb[:]); !ok || !t.committed || t.ver <= after {
+			return nil, false, nil
+		}
+	}
 	all, err := readAllAt(f, int64(e.cfg.MaxChunkSize)+trailerSize)
 	if err != nil || len(all) < trailerSize {
-		return nil, false
+		return nil, false, nil
 	}
 	t, ok := decodeTrailer(all[len(all)-trailerSize:])
 	data := all[:len(all)-trailerSize]
-	if !ok || t.id != id || t.slot != slot || int(t.stored) != len(data) {
-		return nil, false
+	if !ok || !t.committed || t.ver <= after || t.id != id || t.slot != slot || int(t.stored) != len(data) {
+		return nil, false, nil
 	}
 	content := data
 	if t.compressed {
 		if content, err = s2.Decode(nil, data); err != nil {
-			return nil, false
+			return nil, false, nil
 		}
 	}
 	if len(content) != int(t.length) {
-		return nil, false
+		return nil, false, nil
 	}
-	v := newVersion(t.ver, content)
+	v = newVersion(t.ver, content)
 	if v.Crc != t.crc {
-		return nil, false
+		return nil, false, nil
+	}
+	if err := f.Sync(); err != nil {
+		return nil, false, diskError(id, err)
 	}
 	v.Slot, v.Stored, v.Compressed = slot, t.stored, t.compressed
-	return v, true
+	return v, true, nil
 }
 
 // readAllAt reads a whole file of at most max bytes.
