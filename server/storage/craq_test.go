@@ -535,3 +535,52 @@ func TestOnlyTheCallersMemory(t *testing.T) {
 		t.Fatalf("batch range in another endpoint's memory: %v, %v", err, reads[0].Err)
 	}
 }
+
+// TestLostCommitRecords: a node that is not its chain's tail writes its
+// commit records unsynced, so a crash can leave a version it committed
+// pending there. Acted out on the head and the middle of a chain, their
+// records put back as they were before the commit: reads still return the
+// committed version (a dirty chunk asks the tail); the next update, a
+// patch, is numbered after it (the head asks the tail) and applies to it
+// (the middle commits the version its predecessor forwards after), and
+// every replica ends with the same bytes.
+func TestLostCommitRecords(t *testing.T) {
+	c := newCluster(t, 3)
+	cl := c.client("client")
+	ctx := ctxT(t, 20*time.Second)
+	chunk := ChunkID{Inode: 5}
+	want := fabrictest.RandBytes(1, 64<<10)
+	if _, err := cl.write(ctx, chunk, 0, want, true); err != nil {
+		t.Fatal(err)
+	}
+	var before []*storagepb.Version
+	for _, e := range c.engines {
+		m, _ := e.Meta(chunk)
+		before = append(before, m.Committed)
+	}
+	patch := fabrictest.RandBytes(2, 4<<10)
+	if v, err := cl.write(ctx, chunk, 1000, patch, false); err != nil || v != 2 {
+		t.Fatalf("patch: version %d, %v", v, err)
+	}
+	copy(want[1000:], patch)
+	for i, e := range c.engines[:2] { // the head and the middle lose their commits
+		m, _ := e.Meta(chunk)
+		if err := e.putMeta(chunk, &storagepb.ChunkMeta{Committed: before[i], Pending: m.Committed, ChainVer: m.ChainVer}, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ { // reads rotate over the replicas
+		if got, ver, err := cl.read(ctx, chunk, 0, len(want)); err != nil || ver != 2 || !bytes.Equal(got, want) {
+			t.Fatalf("read %d with commits lost: version %d, %v", i, ver, err)
+		}
+	}
+	patch = fabrictest.RandBytes(3, 4<<10)
+	if v, err := cl.write(ctx, chunk, 9000, patch, false); err != nil || v != 3 {
+		t.Fatalf("patch after commits were lost: version %d, %v", v, err)
+	}
+	copy(want[9000:], patch)
+	c.sameReplicas(chunk)
+	if got := readAll(t, c.engines[2], chunk); !bytes.Equal(got, want) {
+		t.Fatal("the replicas agree on the wrong bytes")
+	}
+}

@@ -206,6 +206,9 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	}
 	ver := req.UpdateVer
 	if ver == 0 {
+		if err := n.settlePending(ctx, chain, TargetID(req.Target), e, id); err != nil {
+			return nil, fmt.Errorf("update of chunk %v: %w", id, err)
+		}
 		m, err := e.Meta(id)
 		if err != nil {
 			return nil, err
@@ -217,7 +220,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	// successors store (see the package doc for what is durable when).
 	_, succ, _ := chain.position(TargetID(req.Target))
 	v, finish, err := e.store(storeRequest{id: id, ver: ver, off: req.Offset, data: data, full: req.FullChunk,
-		chainVer: chain.Version, commit: succ == 0, want: &req.Crc, deferSync: true})
+		chainVer: chain.Version, commit: succ == 0, want: &req.Crc, deferSync: true, afterPending: req.UpdateVer != 0})
 	if errors.Is(err, ErrVersion) {
 		// Already committed here: a forward retried after it succeeded.
 		if m, merr := e.Meta(id); merr == nil && m.GetCommitted().GetVer() >= ver {
@@ -265,6 +268,30 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 		return nil, err
 	}
 	return &storagepb.UpdateReply{CommitVer: ver, ChunkLen: v.Length}, nil
+}
+
+// settlePending, at a chain's head before it numbers an update, settles a
+// pending version of the chunk left by an update that did not finish here
+// (a crash that lost the commit record, a forward that failed): committed
+// if the tail has it, else left for the update to replace. Without this the
+// head would give the next update the number the chain already committed.
+func (n *Node) settlePending(ctx context.Context, chain Chain, self TargetID, e *Engine, id ChunkID) error {
+	m, err := e.Meta(id)
+	if err != nil {
+		return err
+	}
+	p := m.GetPending()
+	if p == nil || servingTail(n.routing.Routing(), chain) == self {
+		return nil // nothing pending, or this is the tail: its word is final
+	}
+	tailVer, err := n.queryTail(ctx, chain, id.Proto())
+	if err != nil {
+		return err
+	}
+	if tailVer >= p.Ver {
+		_, err = e.Commit(id, p.Ver)
+	}
+	return err
 }
 
 // remote names n bytes of buffer slot for a successor to pull.
