@@ -15,11 +15,10 @@
 // After a crash at any moment (kill -9 or power loss) a chunk reads back as
 // its last committed version or, if the next one was being stored, that
 // one; never a mixture, and an update a node acknowledged survives power
-// loss at that node (at a node other than its chain's tail, possibly as the
-// chunk's pending version, resolved with the tail). That rests on one rule:
-// a node acknowledges a version only once its bytes are durable and
-// something durable names them: the trailer of a version committed as it
-// was stored, or else a synced record.
+// loss at that node. That rests on one rule: a node acknowledges a version
+// only once its bytes are durable and something durable says it committed
+// them: the trailer of a version committed as it was stored, or else a
+// synced record.
 //
 // What is made durable, and when:
 //   - The data: written into its file, in place, followed by a 64-byte
@@ -47,22 +46,18 @@
 //     boot id (a crash of the machine, which may lose the log too), every
 //     chunk with a record is settled that way.
 //   - A pending version (stored by a node that is not its chain's tail):
-//     its data and its record are synced together while the successors
-//     store (Engine.syncPrepared), off the update's path back. Its commit,
-//     once the successor has committed, is a record without a sync: a crash
-//     that loses it leaves the chunk dirty at that version, which the node
-//     resolves with its tail as any dirty chunk (a read asks the tail; a
-//     head asks before it numbers the next update; the next forwarded
-//     version commits it). Settling never takes a pending version on its
-//     own, so a node never finds itself committed to a version its
-//     successors may not have. Before a pending version is written over
-//     the file of the committed version's predecessor, the chunk's newest
-//     record is made durable (Engine.durableBefore): otherwise a crash
-//     could bring back a record that names that file committed.
+//     its record is not synced, and settling never takes it, so a node
+//     never finds itself committed to a version its successors may not
+//     have. Its commit, once the successor has committed, is a synced
+//     record: the node's own commit survives it. A head that finds a
+//     pending version before it numbers the next update (a forward that
+//     failed after the successors committed leaves one) asks the tail, and
+//     commits it if the tail has it, so a number is never given twice.
 //   - A resync's full-chunk replacement (Replace): data and trailer synced,
 //     a synced record, then the chunk's other file removed, durably (it may
 //     hold a higher version a settle would otherwise take). Remove syncs
-//     the directory after deleting the files, for the same reason.
+//     the directory after deleting the files, and a chunk's first version
+//     removes a file left in its other slot, for the same reason.
 //
 // Meta and chunks share the target's directory, and so a file system and a
 // device: a sync of either flushes the device's cache for both.

@@ -96,7 +96,7 @@ type EngineConfig struct {
 	MaxChunkSize int
 	// BootID names the running boot of the machine (default: the kernel's
 	// boot id). Opening a target last opened under another one settles it
-	// (settleAfterReboot); tests set it to act out a power loss.
+	// (settle); tests set it to act out a power loss.
 	BootID string
 }
 
@@ -116,13 +116,6 @@ type Engine struct {
 	boot   string
 	stop   context.CancelFunc
 	loop   sync.WaitGroup
-	// recordSeq numbers record writes; syncedSeq is the newest number
-	// known durable (a synced write makes every record before it durable);
-	// lastRecord holds, per shard of chunks, the number of the newest
-	// record written for one of them (see durableBefore).
-	recordSeq  atomic.Uint64
-	syncedSeq  atomic.Uint64
-	lastRecord [256]atomic.Uint64
 	// closeOnce, closeErr: Close's work and its result
 	closeOnce sync.Once
 	closeErr  error
@@ -341,13 +334,6 @@ func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
 		opts = pebble.Sync
 	}
 	err = e.db.Set(id.key(), b, opts)
-	// Numbered once written, so that a sync that read a number at or past
-	// this one started after the write (see syncRecordsNow).
-	seq := e.recordSeq.Add(1)
-	storeMax(&e.lastRecord[slotIndex(id, 0)], seq)
-	if err == nil && sync {
-		storeMax(&e.syncedSeq, seq)
-	}
 	if err != nil {
 		e.cacheMeta(id, nil)
 		return fmt.Errorf("chunk %v metadata: %w", id, err)
@@ -388,17 +374,10 @@ type storeRequest struct {
 	// content's CRC is combined from the block checksums the version needs
 	// anyway, so a replica passes over pulled bytes once instead of twice.
 	want *uint32
-	// deferSync (Prepare only) leaves the data and the pending record
-	// unsynced and returns what syncs them, for the caller to run while its
-	// successors store. The caller must run it, successfully, before it
-	// commits the version.
+	// deferSync (Prepare only) leaves the data unsynced and returns what
+	// syncs it, for the caller to run while its successors store. The
+	// caller must run it, successfully, before it commits the version.
 	deferSync bool
-	// afterPending: the update follows the chunk's pending version (a
-	// chain's predecessor forwards version ver only once it has committed
-	// ver-1), so that version is committed: store commits it first. A
-	// chunk's pending version with no commit record is what a lost commit
-	// record leaves (see Commit).
-	afterPending bool
 }
 
 // store is Prepare (or PrepareCommit, with r.commit). With r.deferSync it
@@ -421,21 +400,6 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 	}
 	if c := m.GetCommitted(); c != nil && ver <= c.Ver {
 		return nil, nil, fmt.Errorf("chunk %v: prepare version %d, committed %d: %w", id, ver, c.Ver, ErrVersion)
-	}
-	if p := m.GetPending(); r.afterPending && p != nil && p.Ver+1 == ver {
-		m.Committed, m.Pending = p, nil
-		if !r.commit {
-			// Durable before the write below reuses the old committed
-			// version's file.
-			if err := e.putMeta(id, m, true); err != nil {
-				return nil, nil, err
-			}
-		}
-	}
-	if !r.commit {
-		if err := e.durableBefore(id); err != nil {
-			return nil, nil, err
-		}
 	}
 	content := data
 	if !r.full {
@@ -463,10 +427,10 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 	if r.commit {
 		return e.storeCommit(id, m, v, stored, r.chainVer)
 	}
-	w, err := e.writeFile(id, v, stored, false)
+	w, err := e.writeFile(id, v, stored, false, isNew(m))
 	var finish func() error
 	if err == nil && r.deferSync {
-		finish = func() error { return e.syncPrepared(w) }
+		finish = w.sync
 	} else if err == nil {
 		err = w.sync()
 	}
@@ -479,7 +443,7 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 		return nil, nil, err
 	}
 	m.Pending, m.ChainVer = v, r.chainVer
-	if err := e.putMeta(id, m, !r.deferSync); err != nil {
+	if err := e.putMeta(id, m, false); err != nil {
 		if finish != nil {
 			finish()
 		}
@@ -488,52 +452,15 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 	return v, finish, nil
 }
 
-// durableBefore makes sure the chunk's newest record is durable before a
-// pending version is written into the file of its committed version's
-// predecessor: a commit record written without a sync may not be (Commit),
-// and a crash would then bring back a record naming that file committed
-// after it was written over. (A version committed as stored needs no such
-// care: its trailer finds it again, see settle.) Records go durable with
-// every synced write, which chain nodes make all the time (syncPrepared), so
-// this rarely waits; shards of chunks share a number, which can only make
-// it wait when it need not.
-func (e *Engine) durableBefore(id ChunkID) error {
-	if e.lastRecord[slotIndex(id, 0)].Load() <= e.syncedSeq.Load() {
-		return nil
-	}
-	return e.syncRecordsNow()
-}
-
-// storeMax raises a to v if v is larger.
-func storeMax(a *atomic.Uint64, v uint64) {
-	for {
-		old := a.Load()
-		if v <= old || a.CompareAndSwap(old, v) {
-			return
-		}
-	}
-}
-
-// syncPrepared makes a deferred Prepare durable: its data (with the
-// trailer) and its pending record, at once (the record may reach the disk
-// first: a pending version is never served as data, and reading it checks
-// its blocks).
-func (e *Engine) syncPrepared(w *fileWrite) error {
-	records := make(chan error, 1)
-	go func() { records <- e.syncRecordsNow() }()
-	err := w.sync()
-	return errors.Join(err, <-records)
-}
-
 // storeCommit stores v (its bytes: stored) as the chunk's committed
 // version, waiting for the disk once: the data and its trailer are synced
 // together, then the record that commits v is written without a sync (the
 // trailer is what finds v again if a crash of the machine loses the
-// record; see settleAfterReboot), except for a chunk's first version,
+// record; see settle), except for a chunk's first version,
 // whose record is synced so that a chunk with no record was never
 // acknowledged.
 func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Version, stored []byte, chainVer uint64) (*storagepb.Version, func() error, error) {
-	w, err := e.writeFile(id, v, stored, true)
+	w, err := e.writeFile(id, v, stored, true, isNew(m))
 	if err == nil {
 		err = w.sync()
 	}
@@ -566,12 +493,24 @@ func freeSlot(m *storagepb.ChunkMeta) uint32 {
 	return 0
 }
 
+// isNew says the record names no version: the chunk's first is coming.
+func isNew(m *storagepb.ChunkMeta) bool { return m.Committed == nil && m.Pending == nil }
+
 // writeFile writes version v (its bytes: b) into its slot's file, in
 // place, followed by its trailer (committed: v is committed as it is
-// stored), and returns the write, not yet durable, for the caller to sync. No record names that slot for reading meanwhile
+// stored), and returns the write, not yet durable, for the caller to sync.
+// For a chunk's first version (first) it removes the chunk's other file
+// first, durably with the write's sync: one left by an earlier chunk of
+// the same name (a removal whose unlink failed) could hold a higher
+// version that a settle would take. No record names that slot for reading meanwhile
 // (the committed version is in the other one), and the slot's lock keeps
 // out readers that looked it up before.
-func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte, committed bool) (*fileWrite, error) {
+func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte, committed, first bool) (*fileWrite, error) {
+	if first {
+		if err := e.dropFile(id, 1-v.Slot); err != nil {
+			return nil, err
+		}
+	}
 	l := e.slotLock(id, v.Slot)
 	l.Lock()
 	defer l.Unlock()
@@ -581,7 +520,7 @@ func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte, committed
 	if err != nil {
 		return nil, diskError(id, err)
 	}
-	w := &fileWrite{e: e, id: id, f: f, created: created}
+	w := &fileWrite{e: e, id: id, f: f, created: created || first}
 	_, err = f.WriteAt(b, 0)
 	if err == nil {
 		_, err = f.WriteAt(newTrailer(id, v, committed).encode(), int64(len(b)))
@@ -599,9 +538,11 @@ func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte, committed
 // fileWrite is a write into a chunk's file that is in the kernel, not yet
 // durable. Finish it with sync.
 type fileWrite struct {
-	e       *Engine
-	id      ChunkID
-	f       File
+	e  *Engine
+	id ChunkID
+	f  File
+	// created: the chunks directory changed (the file is new, or the
+	// chunk's other file was removed), so sync syncs it too
 	created bool
 }
 
@@ -647,7 +588,7 @@ func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
 	}
 	v := newVersion(ver, data)
 	v.Slot = freeSlot(m)
-	w, err := e.writeFile(id, v, data, true)
+	w, err := e.writeFile(id, v, data, true, isNew(m))
 	if err == nil {
 		err = w.sync()
 	}
@@ -683,15 +624,11 @@ func newVersion(ver uint64, content []byte) *storagepb.Version {
 	return v
 }
 
-// Commit makes version ver, prepared before, the committed one. Committing
-// a version already committed (or superseded) is a no-op. The record is not
-// synced: the version and its pending record are durable already
-// (Prepare), so a crash that loses the commit leaves the chunk dirty at
-// that version, which a chain node resolves with its tail as it resolves
-// any dirty chunk (a read asks the tail; a head settles it before its next
-// update; a forwarded next version commits it, storeRequest.afterPending).
-// Settling never takes a pending version on its own: a node must not find
-// itself committed to a version its successors may never have got.
+// Commit makes version ver, prepared before, the committed one, with a
+// synced record: a chain's node that is not its tail commits when its
+// successor has, and its own commit must survive it (its trailer says
+// pending, and settle never takes a pending version). Committing a version
+// already committed (or superseded) is a no-op.
 func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
 	mu := e.lock(id)
 	mu.Lock()
@@ -708,7 +645,7 @@ func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
 		return nil, fmt.Errorf("chunk %v: commit %d, pending %d: %w", id, ver, p.GetVer(), ErrVersion)
 	}
 	m.Committed, m.Pending = p, nil
-	if err := e.putMeta(id, m, false); err != nil {
+	if err := e.putMeta(id, m, true); err != nil {
 		return nil, err
 	}
 	return p, nil

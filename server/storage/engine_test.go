@@ -330,6 +330,42 @@ func TestEngineSettleTakesOnlyCommitted(t *testing.T) {
 	}
 }
 
+// TestEngineRecreatedChunk: a removal whose unlinks failed leaves the
+// chunk's files behind; a new chunk of the same name must not have its
+// newer version taken from them by a settle.
+func TestEngineRecreatedChunk(t *testing.T) {
+	dir := t.TempDir()
+	ffs := NewFaultFS(OSFS{})
+	open := func(boot string) *Engine {
+		e, err := OpenEngine(EngineConfig{Dir: dir, FS: ffs, BootID: boot})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	id := ChunkID{Inode: 4}
+	e := open("boot-1")
+	for v, data := range []string{"old one", "old two"} {
+		if _, err := e.PrepareCommit(id, uint64(v+1), 0, []byte(data), true, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ffs.Inject(Fault{Op: "remove"})
+	if err := e.Remove(id); err == nil {
+		t.Fatal("remove with failing unlinks: no error")
+	}
+	ffs.Clear()
+	if _, err := e.PrepareCommit(id, 1, 0, []byte("new"), true, 1); err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	e = open("boot-2")
+	defer e.Close()
+	if got := readAll(t, e, id); string(got) != "new" {
+		t.Fatalf("after a reboot the re-created chunk reads %q, want %q", got, "new")
+	}
+}
+
 // TestEngineSettlesAfterReboot: a stored version's record is written
 // without a sync, so a crash of the machine may lose it; the version's
 // trailer, synced with its data, finds it again. Acted out by putting the

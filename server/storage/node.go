@@ -220,7 +220,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	// successors store (see the package doc for what is durable when).
 	_, succ, _ := chain.position(TargetID(req.Target))
 	v, finish, err := e.store(storeRequest{id: id, ver: ver, off: req.Offset, data: data, full: req.FullChunk,
-		chainVer: chain.Version, commit: succ == 0, want: &req.Crc, deferSync: true, afterPending: req.UpdateVer != 0})
+		chainVer: chain.Version, commit: succ == 0, want: &req.Crc, deferSync: true})
 	if errors.Is(err, ErrVersion) {
 		// Already committed here: a forward retried after it succeeded.
 		if m, merr := e.Meta(id); merr == nil && m.GetCommitted().GetVer() >= ver {
@@ -271,10 +271,11 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 }
 
 // settlePending, at a chain's head before it numbers an update, settles a
-// pending version of the chunk left by an update that did not finish here
-// (a crash that lost the commit record, a forward that failed): committed
-// if the tail has it, else left for the update to replace. Without this the
-// head would give the next update the number the chain already committed.
+// pending version left by an update that did not finish here (its forward
+// failed, or its reply was lost, after the successors may have committed):
+// committed if the tail has it, else left for the update to replace.
+// Without this the head would give the next update the number the chain
+// may have committed already.
 func (n *Node) settlePending(ctx context.Context, chain Chain, self TargetID, e *Engine, id ChunkID) error {
 	m, err := e.Meta(id)
 	if err != nil {

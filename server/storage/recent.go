@@ -21,7 +21,7 @@ import (
 // The log is two files, written with plain write(2) and never synced: an
 // entry is in the kernel before its record is written, which is all a
 // killed process needs; a crash of the machine, which may lose the log
-// too, is what the boot id is for (settleAfterReboot scans every chunk).
+// too, is what the boot id is for (settle then looks at every chunk).
 // Writers append to the current file; retiring switches files, syncs
 // Pebble, then empties the old one. Each entry is 16 bytes: inode, index,
 // and a CRC32C of the two, so a torn one is skipped.

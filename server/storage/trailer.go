@@ -187,11 +187,9 @@ func (e *Engine) recordedChunks() ([]ChunkID, error) {
 // syncRecordsNow makes every record written so far durable, with one
 // synced write (of the boot id).
 func (e *Engine) syncRecordsNow() error {
-	seq := e.recordSeq.Load()
 	if err := e.db.Set(bootKey, []byte(e.boot), pebble.Sync); err != nil {
 		return fmt.Errorf("sync records: %w", err)
 	}
-	storeMax(&e.syncedSeq, seq)
 	return nil
 }
 
