@@ -78,39 +78,26 @@ func FuzzUpdate(f *testing.F) {
 }
 
 func BenchmarkChecksum(b *testing.B) {
-	for _, size := range []int{512, 1024, 2048, 4096, 1 << 20} {
+	for _, bs := range []struct {
+		name string
+		size int
+	}{{"512B", 512}, {"1KiB", 1 << 10}, {"2KiB", 2 << 10}, {"4KiB", 4 << 10}, {"1MiB", 1 << 20}} {
+		size := bs.size
 		buf := make([]byte, size)
 		for i := range buf {
 			buf[i] = byte(i * 7)
 		}
-		b.Run(sizeName(size)+"/impl=sluice", func(b *testing.B) {
+		b.Run("size="+bs.name+"/impl=sluice", func(b *testing.B) {
 			b.SetBytes(int64(size))
 			for b.Loop() {
 				Checksum(buf)
 			}
 		})
-		b.Run(sizeName(size)+"/impl=hash_crc32", func(b *testing.B) {
+		b.Run("size="+bs.name+"/impl=hash_crc32", func(b *testing.B) {
 			b.SetBytes(int64(size))
 			for b.Loop() {
 				crc32.Checksum(buf, table)
 			}
 		})
 	}
-}
-
-func sizeName(n int) string {
-	switch {
-	case n >= 1<<20:
-		return "size=" + itoa(n>>20) + "MiB"
-	case n >= 1<<10:
-		return "size=" + itoa(n>>10) + "KiB"
-	}
-	return "size=" + itoa(n) + "B"
-}
-
-func itoa(n int) string {
-	if n < 10 {
-		return string(rune('0' + n))
-	}
-	return itoa(n/10) + string(rune('0'+n%10))
 }

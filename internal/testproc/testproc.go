@@ -2,13 +2,15 @@
 // tests that need real processes: to SIGKILL, to restart, to share memory
 // with across a process boundary. A package's TestMain hands a child its
 // role before any test runs (Main); tests start children by role (Start)
-// and read what they print, a line at a time.
+// and read what they print, a line at a time. FreeAddr hands out loopback
+// addresses for the servers such processes (or their parents) listen on.
 package testproc
 
 import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -138,4 +140,17 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// FreeAddr is a loopback TCP address nothing listens on now, for a server a
+// test starts (in this process or a child) that must be told its address
+// before it runs.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
 }

@@ -32,7 +32,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/local"
@@ -201,7 +200,7 @@ func (c *Control) createTable(ctx context.Context, targets, replicas int) {
 }
 
 func (c *Control) collect(ctx context.Context, tr fabric.Transport, cfg ControlConfig) {
-	conn, err := grpc.NewClient(c.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := rpc.Dial(c.Addr)
 	if err != nil {
 		return
 	}

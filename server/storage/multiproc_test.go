@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -66,15 +65,6 @@ func startNode(t *testing.T, cfg nodeChildConfig) *testproc.Proc {
 	return p
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // TestMultiProcess: three storage nodes in their own processes over TCP.
 // One is SIGKILLed during writes, taken out of the chain, restarted on its
 // data, resynced while writes go on, and serves again; every acknowledged
@@ -87,7 +77,7 @@ func TestMultiProcess(t *testing.T) {
 	chain := Chain{ID: testChain, Version: 1}
 	cfgs := map[TargetID]nodeChildConfig{}
 	for i := TargetID(1); i <= 3; i++ {
-		addr := freeAddr(t)
+		addr := testproc.FreeAddr(t)
 		r.Targets[i] = Target{ID: i, Node: fabric.NodeID(addr), State: Serving}
 		chain.Targets = append(chain.Targets, i)
 		cfgs[i] = nodeChildConfig{Listen: addr, Dir: filepath.Join(dir, fmt.Sprint(i)), Routing: routingPath, Target: i, Secret: secret}

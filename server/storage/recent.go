@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/sluicefs/sluice/internal/crc32c"
+	"github.com/sluicefs/sluice/proto/storagepb"
 )
 
 // recentLog names the chunks whose records were written since the last
@@ -112,4 +113,28 @@ func (l *recentLog) close() {
 			f.Close()
 		}
 	}
+}
+
+// syncRecords retires the recent log's entries, if any were written, with
+// a synced write to Pebble: the engine's background loop runs it every
+// 100 ms, so the log stays short.
+func (e *Engine) syncRecords() {
+	if e.noted.Swap(0) == 0 {
+		return
+	}
+	if err := e.recent.retire(e.syncRecordsNow); err != nil {
+		e.noted.Add(1) // try again next time; the entries stay
+	}
+}
+
+// putRecent writes the record of a version committed as stored without a
+// sync, naming the chunk in the recent log first (see recentLog).
+func (e *Engine) putRecent(id ChunkID, m *storagepb.ChunkMeta) error {
+	e.recent.mu.RLock()
+	defer e.recent.mu.RUnlock()
+	if err := e.recent.note(id); err != nil {
+		return err
+	}
+	e.noted.Add(1)
+	return e.putMeta(id, m, false)
 }
