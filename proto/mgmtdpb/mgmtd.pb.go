@@ -129,12 +129,14 @@ func (x *Node) GetAddress() string {
 }
 
 type Target struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Node          string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	State         TargetState            `protobuf:"varint,3,opt,name=state,proto3,enum=sluice.mgmtd.v1.TargetState" json:"state,omitempty"`
-	Chains        []uint32               `protobuf:"varint,4,rep,packed,name=chains,proto3" json:"chains,omitempty"` // the chains it belongs to, in them or not right now
-	Synced        []uint32               `protobuf:"varint,5,rep,packed,name=synced,proto3" json:"synced,omitempty"` // while syncing: the chains it has caught up in
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Id     uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Node   string                 `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	State  TargetState            `protobuf:"varint,3,opt,name=state,proto3,enum=sluice.mgmtd.v1.TargetState" json:"state,omitempty"`
+	Chains []uint32               `protobuf:"varint,4,rep,packed,name=chains,proto3" json:"chains,omitempty"` // the chains it belongs to, in them or not right now
+	// full: its disk has less free space than a chunk needs; writes to its
+	// chains fail fast until space is freed.
+	Full          bool `protobuf:"varint,6,opt,name=full,proto3" json:"full,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -197,19 +199,23 @@ func (x *Target) GetChains() []uint32 {
 	return nil
 }
 
-func (x *Target) GetSynced() []uint32 {
+func (x *Target) GetFull() bool {
 	if x != nil {
-		return x.Synced
+		return x.Full
 	}
-	return nil
+	return false
 }
 
 type Chain struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	Version       uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
-	Targets       []uint32               `protobuf:"varint,3,rep,packed,name=targets,proto3" json:"targets,omitempty"` // head first
-	Table         uint32                 `protobuf:"varint,4,opt,name=table,proto3" json:"table,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	Version uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	Targets []uint32               `protobuf:"varint,3,rep,packed,name=targets,proto3" json:"targets,omitempty"` // head first
+	Table   uint32                 `protobuf:"varint,4,opt,name=table,proto3" json:"table,omitempty"`
+	// states[i] is targets[i]'s state in this chain: serving, syncing
+	// (catching up at the chain's end), or offline (kept as the chain's last
+	// serving replica while down: the chain waits for it).
+	States        []TargetState `protobuf:"varint,5,rep,packed,name=states,proto3,enum=sluice.mgmtd.v1.TargetState" json:"states,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -270,6 +276,13 @@ func (x *Chain) GetTable() uint32 {
 		return x.Table
 	}
 	return 0
+}
+
+func (x *Chain) GetStates() []TargetState {
+	if x != nil {
+		return x.States
+	}
+	return nil
 }
 
 type ChainTable struct {
@@ -419,6 +432,7 @@ type Command struct {
 	//	*Command_TargetOffline
 	//	*Command_TargetRejoin
 	//	*Command_TargetSynced
+	//	*Command_TargetFull
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -506,6 +520,15 @@ func (x *Command) GetTargetSynced() *TargetSynced {
 	return nil
 }
 
+func (x *Command) GetTargetFull() *TargetFull {
+	if x != nil {
+		if x, ok := x.Op.(*Command_TargetFull); ok {
+			return x.TargetFull
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -530,6 +553,10 @@ type Command_TargetSynced struct {
 	TargetSynced *TargetSynced `protobuf:"bytes,5,opt,name=target_synced,json=targetSynced,proto3,oneof"`
 }
 
+type Command_TargetFull struct {
+	TargetFull *TargetFull `protobuf:"bytes,6,opt,name=target_full,json=targetFull,proto3,oneof"` // a target's disk filled up, or has room again
+}
+
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_CreateTable) isCommand_Op() {}
@@ -539,6 +566,8 @@ func (*Command_TargetOffline) isCommand_Op() {}
 func (*Command_TargetRejoin) isCommand_Op() {}
 
 func (*Command_TargetSynced) isCommand_Op() {}
+
+func (*Command_TargetFull) isCommand_Op() {}
 
 type RegisterNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -653,9 +682,12 @@ func (x *CreateChainTable) GetChains() uint32 {
 }
 
 type TargetSynced struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Chain         uint32                 `protobuf:"varint,1,opt,name=chain,proto3" json:"chain,omitempty"`
-	Target        uint32                 `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Chain  uint32                 `protobuf:"varint,1,opt,name=chain,proto3" json:"chain,omitempty"`
+	Target uint32                 `protobuf:"varint,2,opt,name=target,proto3" json:"target,omitempty"`
+	// The chain's version the resync ran against: a report from before a
+	// change to the chain (the target restarted, say) is refused.
+	ChainVer      uint64 `protobuf:"varint,3,opt,name=chain_ver,json=chainVer,proto3" json:"chain_ver,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -704,6 +736,65 @@ func (x *TargetSynced) GetTarget() uint32 {
 	return 0
 }
 
+func (x *TargetSynced) GetChainVer() uint64 {
+	if x != nil {
+		return x.ChainVer
+	}
+	return 0
+}
+
+type TargetFull struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        uint32                 `protobuf:"varint,1,opt,name=target,proto3" json:"target,omitempty"`
+	Full          bool                   `protobuf:"varint,2,opt,name=full,proto3" json:"full,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetFull) Reset() {
+	*x = TargetFull{}
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetFull) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetFull) ProtoMessage() {}
+
+func (x *TargetFull) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetFull.ProtoReflect.Descriptor instead.
+func (*TargetFull) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *TargetFull) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *TargetFull) GetFull() bool {
+	if x != nil {
+		return x.Full
+	}
+	return false
+}
+
 var File_mgmtd_v1_mgmtd_proto protoreflect.FileDescriptor
 
 const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
@@ -711,18 +802,19 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\x14mgmtd/v1/mgmtd.proto\x12\x0fsluice.mgmtd.v1\"0\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x90\x01\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x92\x01\n" +
 	"\x06Target\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x122\n" +
 	"\x05state\x18\x03 \x01(\x0e2\x1c.sluice.mgmtd.v1.TargetStateR\x05state\x12\x16\n" +
-	"\x06chains\x18\x04 \x03(\rR\x06chains\x12\x16\n" +
-	"\x06synced\x18\x05 \x03(\rR\x06synced\"a\n" +
+	"\x06chains\x18\x04 \x03(\rR\x06chains\x12\x12\n" +
+	"\x04full\x18\x06 \x01(\bR\x04fullJ\x04\b\x05\x10\x06\"\x97\x01\n" +
 	"\x05Chain\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x18\n" +
 	"\atargets\x18\x03 \x03(\rR\atargets\x12\x14\n" +
-	"\x05table\x18\x04 \x01(\rR\x05table\"P\n" +
+	"\x05table\x18\x04 \x01(\rR\x05table\x124\n" +
+	"\x06states\x18\x05 \x03(\x0e2\x1c.sluice.mgmtd.v1.TargetStateR\x06states\"P\n" +
 	"\n" +
 	"ChainTable\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
@@ -734,13 +826,15 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\x05nodes\x18\x02 \x03(\v2\x15.sluice.mgmtd.v1.NodeR\x05nodes\x121\n" +
 	"\atargets\x18\x03 \x03(\v2\x17.sluice.mgmtd.v1.TargetR\atargets\x12.\n" +
 	"\x06chains\x18\x04 \x03(\v2\x16.sluice.mgmtd.v1.ChainR\x06chains\x123\n" +
-	"\x06tables\x18\x05 \x03(\v2\x1b.sluice.mgmtd.v1.ChainTableR\x06tables\"\xb3\x02\n" +
+	"\x06tables\x18\x05 \x03(\v2\x1b.sluice.mgmtd.v1.ChainTableR\x06tables\"\xf3\x02\n" +
 	"\aCommand\x12D\n" +
 	"\rregister_node\x18\x01 \x01(\v2\x1d.sluice.mgmtd.v1.RegisterNodeH\x00R\fregisterNode\x12F\n" +
 	"\fcreate_table\x18\x02 \x01(\v2!.sluice.mgmtd.v1.CreateChainTableH\x00R\vcreateTable\x12'\n" +
 	"\x0etarget_offline\x18\x03 \x01(\rH\x00R\rtargetOffline\x12%\n" +
 	"\rtarget_rejoin\x18\x04 \x01(\rH\x00R\ftargetRejoin\x12D\n" +
-	"\rtarget_synced\x18\x05 \x01(\v2\x1d.sluice.mgmtd.v1.TargetSyncedH\x00R\ftargetSyncedB\x04\n" +
+	"\rtarget_synced\x18\x05 \x01(\v2\x1d.sluice.mgmtd.v1.TargetSyncedH\x00R\ftargetSynced\x12>\n" +
+	"\vtarget_full\x18\x06 \x01(\v2\x1b.sluice.mgmtd.v1.TargetFullH\x00R\n" +
+	"targetFullB\x04\n" +
 	"\x02op\"S\n" +
 	"\fRegisterNode\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x15.sluice.mgmtd.v1.NodeR\x04node\x12\x18\n" +
@@ -748,10 +842,15 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\x10CreateChainTable\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\rR\x05table\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\rR\breplicas\x12\x16\n" +
-	"\x06chains\x18\x03 \x01(\rR\x06chains\"<\n" +
+	"\x06chains\x18\x03 \x01(\rR\x06chains\"Y\n" +
 	"\fTargetSynced\x12\x14\n" +
 	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x16\n" +
-	"\x06target\x18\x02 \x01(\rR\x06target*R\n" +
+	"\x06target\x18\x02 \x01(\rR\x06target\x12\x1b\n" +
+	"\tchain_ver\x18\x03 \x01(\x04R\bchainVer\"8\n" +
+	"\n" +
+	"TargetFull\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\rR\x06target\x12\x12\n" +
+	"\x04full\x18\x02 \x01(\bR\x04full*R\n" +
 	"\vTargetState\x12\x1c\n" +
 	"\x18TARGET_STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aSERVING\x10\x01\x12\v\n" +
@@ -771,7 +870,7 @@ func file_mgmtd_v1_mgmtd_proto_rawDescGZIP() []byte {
 }
 
 var file_mgmtd_v1_mgmtd_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mgmtd_v1_mgmtd_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_mgmtd_v1_mgmtd_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_mgmtd_v1_mgmtd_proto_goTypes = []any{
 	(TargetState)(0),         // 0: sluice.mgmtd.v1.TargetState
 	(*Node)(nil),             // 1: sluice.mgmtd.v1.Node
@@ -783,22 +882,25 @@ var file_mgmtd_v1_mgmtd_proto_goTypes = []any{
 	(*RegisterNode)(nil),     // 7: sluice.mgmtd.v1.RegisterNode
 	(*CreateChainTable)(nil), // 8: sluice.mgmtd.v1.CreateChainTable
 	(*TargetSynced)(nil),     // 9: sluice.mgmtd.v1.TargetSynced
+	(*TargetFull)(nil),       // 10: sluice.mgmtd.v1.TargetFull
 }
 var file_mgmtd_v1_mgmtd_proto_depIdxs = []int32{
-	0, // 0: sluice.mgmtd.v1.Target.state:type_name -> sluice.mgmtd.v1.TargetState
-	1, // 1: sluice.mgmtd.v1.ClusterMap.nodes:type_name -> sluice.mgmtd.v1.Node
-	2, // 2: sluice.mgmtd.v1.ClusterMap.targets:type_name -> sluice.mgmtd.v1.Target
-	3, // 3: sluice.mgmtd.v1.ClusterMap.chains:type_name -> sluice.mgmtd.v1.Chain
-	4, // 4: sluice.mgmtd.v1.ClusterMap.tables:type_name -> sluice.mgmtd.v1.ChainTable
-	7, // 5: sluice.mgmtd.v1.Command.register_node:type_name -> sluice.mgmtd.v1.RegisterNode
-	8, // 6: sluice.mgmtd.v1.Command.create_table:type_name -> sluice.mgmtd.v1.CreateChainTable
-	9, // 7: sluice.mgmtd.v1.Command.target_synced:type_name -> sluice.mgmtd.v1.TargetSynced
-	1, // 8: sluice.mgmtd.v1.RegisterNode.node:type_name -> sluice.mgmtd.v1.Node
-	9, // [9:9] is the sub-list for method output_type
-	9, // [9:9] is the sub-list for method input_type
-	9, // [9:9] is the sub-list for extension type_name
-	9, // [9:9] is the sub-list for extension extendee
-	0, // [0:9] is the sub-list for field type_name
+	0,  // 0: sluice.mgmtd.v1.Target.state:type_name -> sluice.mgmtd.v1.TargetState
+	0,  // 1: sluice.mgmtd.v1.Chain.states:type_name -> sluice.mgmtd.v1.TargetState
+	1,  // 2: sluice.mgmtd.v1.ClusterMap.nodes:type_name -> sluice.mgmtd.v1.Node
+	2,  // 3: sluice.mgmtd.v1.ClusterMap.targets:type_name -> sluice.mgmtd.v1.Target
+	3,  // 4: sluice.mgmtd.v1.ClusterMap.chains:type_name -> sluice.mgmtd.v1.Chain
+	4,  // 5: sluice.mgmtd.v1.ClusterMap.tables:type_name -> sluice.mgmtd.v1.ChainTable
+	7,  // 6: sluice.mgmtd.v1.Command.register_node:type_name -> sluice.mgmtd.v1.RegisterNode
+	8,  // 7: sluice.mgmtd.v1.Command.create_table:type_name -> sluice.mgmtd.v1.CreateChainTable
+	9,  // 8: sluice.mgmtd.v1.Command.target_synced:type_name -> sluice.mgmtd.v1.TargetSynced
+	10, // 9: sluice.mgmtd.v1.Command.target_full:type_name -> sluice.mgmtd.v1.TargetFull
+	1,  // 10: sluice.mgmtd.v1.RegisterNode.node:type_name -> sluice.mgmtd.v1.Node
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_mgmtd_v1_mgmtd_proto_init() }
@@ -812,6 +914,7 @@ func file_mgmtd_v1_mgmtd_proto_init() {
 		(*Command_TargetOffline)(nil),
 		(*Command_TargetRejoin)(nil),
 		(*Command_TargetSynced)(nil),
+		(*Command_TargetFull)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -819,7 +922,7 @@ func file_mgmtd_v1_mgmtd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mgmtd_v1_mgmtd_proto_rawDesc), len(file_mgmtd_v1_mgmtd_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   9,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

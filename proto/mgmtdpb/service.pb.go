@@ -120,6 +120,61 @@ func (x *HeartbeatRequest) GetSpace() []*TargetSpace {
 	return nil
 }
 
+// HeartbeatReply grants the node a lease: it may serve until lease_ms after
+// it sent the heartbeat (mgmtd takes its targets offline only after a
+// longer silence), and only once its routing is at map_version or newer.
+type HeartbeatReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	MapVersion    uint64                 `protobuf:"varint,1,opt,name=map_version,json=mapVersion,proto3" json:"map_version,omitempty"`
+	LeaseMs       uint64                 `protobuf:"varint,2,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatReply) Reset() {
+	*x = HeartbeatReply{}
+	mi := &file_mgmtd_v1_service_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatReply) ProtoMessage() {}
+
+func (x *HeartbeatReply) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_service_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatReply.ProtoReflect.Descriptor instead.
+func (*HeartbeatReply) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_service_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *HeartbeatReply) GetMapVersion() uint64 {
+	if x != nil {
+		return x.MapVersion
+	}
+	return 0
+}
+
+func (x *HeartbeatReply) GetLeaseMs() uint64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
 // TargetSpace is a target's disk: its file system's size and what is free
 // for the target to use.
 type TargetSpace struct {
@@ -133,7 +188,7 @@ type TargetSpace struct {
 
 func (x *TargetSpace) Reset() {
 	*x = TargetSpace{}
-	mi := &file_mgmtd_v1_service_proto_msgTypes[2]
+	mi := &file_mgmtd_v1_service_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -145,7 +200,7 @@ func (x *TargetSpace) String() string {
 func (*TargetSpace) ProtoMessage() {}
 
 func (x *TargetSpace) ProtoReflect() protoreflect.Message {
-	mi := &file_mgmtd_v1_service_proto_msgTypes[2]
+	mi := &file_mgmtd_v1_service_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -158,7 +213,7 @@ func (x *TargetSpace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetSpace.ProtoReflect.Descriptor instead.
 func (*TargetSpace) Descriptor() ([]byte, []int) {
-	return file_mgmtd_v1_service_proto_rawDescGZIP(), []int{2}
+	return file_mgmtd_v1_service_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *TargetSpace) GetTarget() uint32 {
@@ -191,16 +246,20 @@ const file_mgmtd_v1_service_proto_rawDesc = "" +
 	"\x10HeartbeatRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x18\n" +
 	"\atargets\x18\x02 \x03(\rR\atargets\x122\n" +
-	"\x05space\x18\x03 \x03(\v2\x1c.sluice.mgmtd.v1.TargetSpaceR\x05space\"e\n" +
+	"\x05space\x18\x03 \x03(\v2\x1c.sluice.mgmtd.v1.TargetSpaceR\x05space\"L\n" +
+	"\x0eHeartbeatReply\x12\x1f\n" +
+	"\vmap_version\x18\x01 \x01(\x04R\n" +
+	"mapVersion\x12\x19\n" +
+	"\blease_ms\x18\x02 \x01(\x04R\aleaseMs\"e\n" +
 	"\vTargetSpace\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\rR\x06target\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
 	"totalBytes\x12\x1d\n" +
 	"\n" +
-	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes2\xb3\x03\n" +
+	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes2\xbc\x03\n" +
 	"\x05Mgmtd\x12A\n" +
-	"\bRegister\x12\x1d.sluice.mgmtd.v1.RegisterNode\x1a\x16.sluice.mgmtd.v1.Empty\x12F\n" +
-	"\tHeartbeat\x12!.sluice.mgmtd.v1.HeartbeatRequest\x1a\x16.sluice.mgmtd.v1.Empty\x12E\n" +
+	"\bRegister\x12\x1d.sluice.mgmtd.v1.RegisterNode\x1a\x16.sluice.mgmtd.v1.Empty\x12O\n" +
+	"\tHeartbeat\x12!.sluice.mgmtd.v1.HeartbeatRequest\x1a\x1f.sluice.mgmtd.v1.HeartbeatReply\x12E\n" +
 	"\fReportSynced\x12\x1d.sluice.mgmtd.v1.TargetSynced\x1a\x16.sluice.mgmtd.v1.Empty\x12H\n" +
 	"\vCreateTable\x12!.sluice.mgmtd.v1.CreateChainTable\x1a\x16.sluice.mgmtd.v1.Empty\x12D\n" +
 	"\rGetClusterMap\x12\x16.sluice.mgmtd.v1.Empty\x1a\x1b.sluice.mgmtd.v1.ClusterMap\x12H\n" +
@@ -218,30 +277,31 @@ func file_mgmtd_v1_service_proto_rawDescGZIP() []byte {
 	return file_mgmtd_v1_service_proto_rawDescData
 }
 
-var file_mgmtd_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_mgmtd_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_mgmtd_v1_service_proto_goTypes = []any{
 	(*Empty)(nil),            // 0: sluice.mgmtd.v1.Empty
 	(*HeartbeatRequest)(nil), // 1: sluice.mgmtd.v1.HeartbeatRequest
-	(*TargetSpace)(nil),      // 2: sluice.mgmtd.v1.TargetSpace
-	(*RegisterNode)(nil),     // 3: sluice.mgmtd.v1.RegisterNode
-	(*TargetSynced)(nil),     // 4: sluice.mgmtd.v1.TargetSynced
-	(*CreateChainTable)(nil), // 5: sluice.mgmtd.v1.CreateChainTable
-	(*ClusterMap)(nil),       // 6: sluice.mgmtd.v1.ClusterMap
+	(*HeartbeatReply)(nil),   // 2: sluice.mgmtd.v1.HeartbeatReply
+	(*TargetSpace)(nil),      // 3: sluice.mgmtd.v1.TargetSpace
+	(*RegisterNode)(nil),     // 4: sluice.mgmtd.v1.RegisterNode
+	(*TargetSynced)(nil),     // 5: sluice.mgmtd.v1.TargetSynced
+	(*CreateChainTable)(nil), // 6: sluice.mgmtd.v1.CreateChainTable
+	(*ClusterMap)(nil),       // 7: sluice.mgmtd.v1.ClusterMap
 }
 var file_mgmtd_v1_service_proto_depIdxs = []int32{
-	2, // 0: sluice.mgmtd.v1.HeartbeatRequest.space:type_name -> sluice.mgmtd.v1.TargetSpace
-	3, // 1: sluice.mgmtd.v1.Mgmtd.Register:input_type -> sluice.mgmtd.v1.RegisterNode
+	3, // 0: sluice.mgmtd.v1.HeartbeatRequest.space:type_name -> sluice.mgmtd.v1.TargetSpace
+	4, // 1: sluice.mgmtd.v1.Mgmtd.Register:input_type -> sluice.mgmtd.v1.RegisterNode
 	1, // 2: sluice.mgmtd.v1.Mgmtd.Heartbeat:input_type -> sluice.mgmtd.v1.HeartbeatRequest
-	4, // 3: sluice.mgmtd.v1.Mgmtd.ReportSynced:input_type -> sluice.mgmtd.v1.TargetSynced
-	5, // 4: sluice.mgmtd.v1.Mgmtd.CreateTable:input_type -> sluice.mgmtd.v1.CreateChainTable
+	5, // 3: sluice.mgmtd.v1.Mgmtd.ReportSynced:input_type -> sluice.mgmtd.v1.TargetSynced
+	6, // 4: sluice.mgmtd.v1.Mgmtd.CreateTable:input_type -> sluice.mgmtd.v1.CreateChainTable
 	0, // 5: sluice.mgmtd.v1.Mgmtd.GetClusterMap:input_type -> sluice.mgmtd.v1.Empty
 	0, // 6: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:input_type -> sluice.mgmtd.v1.Empty
 	0, // 7: sluice.mgmtd.v1.Mgmtd.Register:output_type -> sluice.mgmtd.v1.Empty
-	0, // 8: sluice.mgmtd.v1.Mgmtd.Heartbeat:output_type -> sluice.mgmtd.v1.Empty
+	2, // 8: sluice.mgmtd.v1.Mgmtd.Heartbeat:output_type -> sluice.mgmtd.v1.HeartbeatReply
 	0, // 9: sluice.mgmtd.v1.Mgmtd.ReportSynced:output_type -> sluice.mgmtd.v1.Empty
 	0, // 10: sluice.mgmtd.v1.Mgmtd.CreateTable:output_type -> sluice.mgmtd.v1.Empty
-	6, // 11: sluice.mgmtd.v1.Mgmtd.GetClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
-	6, // 12: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
+	7, // 11: sluice.mgmtd.v1.Mgmtd.GetClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
+	7, // 12: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
 	7, // [7:13] is the sub-list for method output_type
 	1, // [1:7] is the sub-list for method input_type
 	1, // [1:1] is the sub-list for extension type_name
@@ -261,7 +321,7 @@ func file_mgmtd_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mgmtd_v1_service_proto_rawDesc), len(file_mgmtd_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

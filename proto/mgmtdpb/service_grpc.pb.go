@@ -35,7 +35,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type MgmtdClient interface {
 	Register(ctx context.Context, in *RegisterNode, opts ...grpc.CallOption) (*Empty, error)
-	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*Empty, error)
+	Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatReply, error)
 	ReportSynced(ctx context.Context, in *TargetSynced, opts ...grpc.CallOption) (*Empty, error)
 	CreateTable(ctx context.Context, in *CreateChainTable, opts ...grpc.CallOption) (*Empty, error)
 	GetClusterMap(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*ClusterMap, error)
@@ -61,9 +61,9 @@ func (c *mgmtdClient) Register(ctx context.Context, in *RegisterNode, opts ...gr
 	return out, nil
 }
 
-func (c *mgmtdClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*Empty, error) {
+func (c *mgmtdClient) Heartbeat(ctx context.Context, in *HeartbeatRequest, opts ...grpc.CallOption) (*HeartbeatReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(Empty)
+	out := new(HeartbeatReply)
 	err := c.cc.Invoke(ctx, Mgmtd_Heartbeat_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
@@ -125,7 +125,7 @@ type Mgmtd_WatchClusterMapClient = grpc.ServerStreamingClient[ClusterMap]
 // for forward compatibility.
 type MgmtdServer interface {
 	Register(context.Context, *RegisterNode) (*Empty, error)
-	Heartbeat(context.Context, *HeartbeatRequest) (*Empty, error)
+	Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatReply, error)
 	ReportSynced(context.Context, *TargetSynced) (*Empty, error)
 	CreateTable(context.Context, *CreateChainTable) (*Empty, error)
 	GetClusterMap(context.Context, *Empty) (*ClusterMap, error)
@@ -144,7 +144,7 @@ type UnimplementedMgmtdServer struct{}
 func (UnimplementedMgmtdServer) Register(context.Context, *RegisterNode) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Register not implemented")
 }
-func (UnimplementedMgmtdServer) Heartbeat(context.Context, *HeartbeatRequest) (*Empty, error) {
+func (UnimplementedMgmtdServer) Heartbeat(context.Context, *HeartbeatRequest) (*HeartbeatReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Heartbeat not implemented")
 }
 func (UnimplementedMgmtdServer) ReportSynced(context.Context, *TargetSynced) (*Empty, error) {

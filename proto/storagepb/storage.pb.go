@@ -150,19 +150,23 @@ func (x *RemoteBuf) GetLen() uint32 {
 // UpdateRequest writes bytes into a chunk. Clients send it to a chain's head;
 // each node forwards it to its successor with src naming its own buffer.
 type UpdateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Chain         uint32                 `protobuf:"varint,1,opt,name=chain,proto3" json:"chain,omitempty"`
-	ChainVer      uint64                 `protobuf:"varint,2,opt,name=chain_ver,json=chainVer,proto3" json:"chain_ver,omitempty"`
-	Chunk         *ChunkID               `protobuf:"bytes,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
-	Offset        uint32                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
-	Length        uint32                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
-	Crc           uint32                 `protobuf:"varint,6,opt,name=crc,proto3" json:"crc,omitempty"`       // CRC32C of the bytes, checked after each pull
-	Src           *RemoteBuf             `protobuf:"bytes,7,opt,name=src,proto3" json:"src,omitempty"`        // where the bytes are, to be pulled
-	Client        uint64                 `protobuf:"varint,8,opt,name=client,proto3" json:"client,omitempty"` // idempotency: a retry carries the same pair
-	Seq           uint64                 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
-	UpdateVer     uint64                 `protobuf:"varint,10,opt,name=update_ver,json=updateVer,proto3" json:"update_ver,omitempty"` // chosen by the head; 0 from clients
-	FullChunk     bool                   `protobuf:"varint,11,opt,name=full_chunk,json=fullChunk,proto3" json:"full_chunk,omitempty"` // the bytes replace the chunk's whole content
-	Target        uint32                 `protobuf:"varint,12,opt,name=target,proto3" json:"target,omitempty"`                        // the target this request is for
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Chain     uint32                 `protobuf:"varint,1,opt,name=chain,proto3" json:"chain,omitempty"`
+	ChainVer  uint64                 `protobuf:"varint,2,opt,name=chain_ver,json=chainVer,proto3" json:"chain_ver,omitempty"`
+	Chunk     *ChunkID               `protobuf:"bytes,3,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Offset    uint32                 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Length    uint32                 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
+	Crc       uint32                 `protobuf:"varint,6,opt,name=crc,proto3" json:"crc,omitempty"`       // CRC32C of the bytes, checked after each pull
+	Src       *RemoteBuf             `protobuf:"bytes,7,opt,name=src,proto3" json:"src,omitempty"`        // where the bytes are, to be pulled
+	Client    uint64                 `protobuf:"varint,8,opt,name=client,proto3" json:"client,omitempty"` // idempotency: a retry carries the same pair
+	Seq       uint64                 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
+	UpdateVer uint64                 `protobuf:"varint,10,opt,name=update_ver,json=updateVer,proto3" json:"update_ver,omitempty"` // chosen by the head; 0 from clients
+	FullChunk bool                   `protobuf:"varint,11,opt,name=full_chunk,json=fullChunk,proto3" json:"full_chunk,omitempty"` // the bytes replace the chunk's whole content
+	Target    uint32                 `protobuf:"varint,12,opt,name=target,proto3" json:"target,omitempty"`                        // the target this request is for
+	// ver_crc, on a forward, is the CRC32C of the whole version update_ver
+	// at the sender: a successor that already committed that number checks
+	// it holds the same bytes, not just the same number.
+	VerCrc        uint32 `protobuf:"varint,13,opt,name=ver_crc,json=verCrc,proto3" json:"ver_crc,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -277,6 +281,13 @@ func (x *UpdateRequest) GetFullChunk() bool {
 func (x *UpdateRequest) GetTarget() uint32 {
 	if x != nil {
 		return x.Target
+	}
+	return 0
+}
+
+func (x *UpdateRequest) GetVerCrc() uint32 {
+	if x != nil {
+		return x.VerCrc
 	}
 	return 0
 }
@@ -691,6 +702,7 @@ func (x *QueryRequest) GetTarget() uint32 {
 type QueryReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	CommitVer     uint64                 `protobuf:"varint,1,opt,name=commit_ver,json=commitVer,proto3" json:"commit_ver,omitempty"`
+	Crc           uint32                 `protobuf:"varint,2,opt,name=crc,proto3" json:"crc,omitempty"` // CRC32C of the committed version's content
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -732,16 +744,27 @@ func (x *QueryReply) GetCommitVer() uint64 {
 	return 0
 }
 
+func (x *QueryReply) GetCrc() uint32 {
+	if x != nil {
+		return x.Crc
+	}
+	return 0
+}
+
 // Version is one stored version of a chunk.
 type Version struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ver           uint64                 `protobuf:"varint,1,opt,name=ver,proto3" json:"ver,omitempty"`
-	Length        uint32                 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`                               // uncompressed bytes
-	Crc           uint32                 `protobuf:"varint,3,opt,name=crc,proto3" json:"crc,omitempty"`                                     // CRC32C of all of them
-	BlockCrcs     []uint32               `protobuf:"varint,4,rep,packed,name=block_crcs,json=blockCrcs,proto3" json:"block_crcs,omitempty"` // CRC32C of each 4 KiB block
-	Compressed    bool                   `protobuf:"varint,5,opt,name=compressed,proto3" json:"compressed,omitempty"`                       // the file holds s2 blocks
-	Stored        uint32                 `protobuf:"varint,6,opt,name=stored,proto3" json:"stored,omitempty"`                               // bytes in the file
-	Slot          uint32                 `protobuf:"varint,7,opt,name=slot,proto3" json:"slot,omitempty"`                                   // which of the chunk's two files holds it
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Ver        uint64                 `protobuf:"varint,1,opt,name=ver,proto3" json:"ver,omitempty"`
+	Length     uint32                 `protobuf:"varint,2,opt,name=length,proto3" json:"length,omitempty"`                               // uncompressed bytes
+	Crc        uint32                 `protobuf:"varint,3,opt,name=crc,proto3" json:"crc,omitempty"`                                     // CRC32C of all of them
+	BlockCrcs  []uint32               `protobuf:"varint,4,rep,packed,name=block_crcs,json=blockCrcs,proto3" json:"block_crcs,omitempty"` // CRC32C of each 4 KiB block
+	Compressed bool                   `protobuf:"varint,5,opt,name=compressed,proto3" json:"compressed,omitempty"`                       // the file holds s2 blocks
+	Stored     uint32                 `protobuf:"varint,6,opt,name=stored,proto3" json:"stored,omitempty"`                               // bytes in the file
+	Slot       uint32                 `protobuf:"varint,7,opt,name=slot,proto3" json:"slot,omitempty"`                                   // which of the chunk's two files holds it
+	// The client update that made this version (0, 0 for a resync's copy):
+	// how a retry of it is recognised once it is committed.
+	Client        uint64 `protobuf:"varint,8,opt,name=client,proto3" json:"client,omitempty"`
+	Seq           uint64 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -825,19 +848,100 @@ func (x *Version) GetSlot() uint32 {
 	return 0
 }
 
+func (x *Version) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *Version) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// UpdateTag names a client update applied to a chunk and the version it
+// made.
+type UpdateTag struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Client        uint64                 `protobuf:"varint,1,opt,name=client,proto3" json:"client,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Ver           uint64                 `protobuf:"varint,3,opt,name=ver,proto3" json:"ver,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTag) Reset() {
+	*x = UpdateTag{}
+	mi := &file_storage_v1_storage_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTag) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTag) ProtoMessage() {}
+
+func (x *UpdateTag) ProtoReflect() protoreflect.Message {
+	mi := &file_storage_v1_storage_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTag.ProtoReflect.Descriptor instead.
+func (*UpdateTag) Descriptor() ([]byte, []int) {
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *UpdateTag) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *UpdateTag) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *UpdateTag) GetVer() uint64 {
+	if x != nil {
+		return x.Ver
+	}
+	return 0
+}
+
 // ChunkMeta is a target's record of one chunk.
 type ChunkMeta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Committed     *Version               `protobuf:"bytes,1,opt,name=committed,proto3" json:"committed,omitempty"` // absent: never committed
-	Pending       *Version               `protobuf:"bytes,2,opt,name=pending,proto3" json:"pending,omitempty"`     // absent: clean
-	ChainVer      uint64                 `protobuf:"varint,3,opt,name=chain_ver,json=chainVer,proto3" json:"chain_ver,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Committed *Version               `protobuf:"bytes,1,opt,name=committed,proto3" json:"committed,omitempty"` // absent: never committed
+	Pending   *Version               `protobuf:"bytes,2,opt,name=pending,proto3" json:"pending,omitempty"`     // absent: clean
+	ChainVer  uint64                 `protobuf:"varint,3,opt,name=chain_ver,json=chainVer,proto3" json:"chain_ver,omitempty"`
+	Chain     uint32                 `protobuf:"varint,4,opt,name=chain,proto3" json:"chain,omitempty"` // the chain the chunk belongs to
+	// The client updates behind the last committed versions, newest last
+	// (a few): a retried update finds itself here on any replica and is
+	// answered, not applied again, across restarts and head changes.
+	Applied       []*UpdateTag `protobuf:"bytes,5,rep,name=applied,proto3" json:"applied,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ChunkMeta) Reset() {
 	*x = ChunkMeta{}
-	mi := &file_storage_v1_storage_proto_msgTypes[11]
+	mi := &file_storage_v1_storage_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +953,7 @@ func (x *ChunkMeta) String() string {
 func (*ChunkMeta) ProtoMessage() {}
 
 func (x *ChunkMeta) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_v1_storage_proto_msgTypes[11]
+	mi := &file_storage_v1_storage_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +966,7 @@ func (x *ChunkMeta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkMeta.ProtoReflect.Descriptor instead.
 func (*ChunkMeta) Descriptor() ([]byte, []int) {
-	return file_storage_v1_storage_proto_rawDescGZIP(), []int{11}
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ChunkMeta) GetCommitted() *Version {
@@ -886,6 +990,20 @@ func (x *ChunkMeta) GetChainVer() uint64 {
 	return 0
 }
 
+func (x *ChunkMeta) GetChain() uint32 {
+	if x != nil {
+		return x.Chain
+	}
+	return 0
+}
+
+func (x *ChunkMeta) GetApplied() []*UpdateTag {
+	if x != nil {
+		return x.Applied
+	}
+	return nil
+}
+
 // SyncListRequest asks a syncing target for a page of its chunks' versions,
 // so that its predecessor can tell which to send.
 type SyncListRequest struct {
@@ -901,7 +1019,7 @@ type SyncListRequest struct {
 
 func (x *SyncListRequest) Reset() {
 	*x = SyncListRequest{}
-	mi := &file_storage_v1_storage_proto_msgTypes[12]
+	mi := &file_storage_v1_storage_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +1031,7 @@ func (x *SyncListRequest) String() string {
 func (*SyncListRequest) ProtoMessage() {}
 
 func (x *SyncListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_v1_storage_proto_msgTypes[12]
+	mi := &file_storage_v1_storage_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1044,7 @@ func (x *SyncListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncListRequest.ProtoReflect.Descriptor instead.
 func (*SyncListRequest) Descriptor() ([]byte, []int) {
-	return file_storage_v1_storage_proto_rawDescGZIP(), []int{12}
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SyncListRequest) GetChain() uint32 {
@@ -975,7 +1093,7 @@ type SyncEntry struct {
 
 func (x *SyncEntry) Reset() {
 	*x = SyncEntry{}
-	mi := &file_storage_v1_storage_proto_msgTypes[13]
+	mi := &file_storage_v1_storage_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -987,7 +1105,7 @@ func (x *SyncEntry) String() string {
 func (*SyncEntry) ProtoMessage() {}
 
 func (x *SyncEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_v1_storage_proto_msgTypes[13]
+	mi := &file_storage_v1_storage_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1000,7 +1118,7 @@ func (x *SyncEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncEntry.ProtoReflect.Descriptor instead.
 func (*SyncEntry) Descriptor() ([]byte, []int) {
-	return file_storage_v1_storage_proto_rawDescGZIP(), []int{13}
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SyncEntry) GetChunk() *ChunkID {
@@ -1034,7 +1152,7 @@ type SyncListReply struct {
 
 func (x *SyncListReply) Reset() {
 	*x = SyncListReply{}
-	mi := &file_storage_v1_storage_proto_msgTypes[14]
+	mi := &file_storage_v1_storage_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1046,7 +1164,7 @@ func (x *SyncListReply) String() string {
 func (*SyncListReply) ProtoMessage() {}
 
 func (x *SyncListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_v1_storage_proto_msgTypes[14]
+	mi := &file_storage_v1_storage_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1059,7 +1177,7 @@ func (x *SyncListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncListReply.ProtoReflect.Descriptor instead.
 func (*SyncListReply) Descriptor() ([]byte, []int) {
-	return file_storage_v1_storage_proto_rawDescGZIP(), []int{14}
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SyncListReply) GetEntries() []*SyncEntry {
@@ -1089,13 +1207,14 @@ type SyncWriteRequest struct {
 	Crc           uint32                 `protobuf:"varint,7,opt,name=crc,proto3" json:"crc,omitempty"`
 	Src           *RemoteBuf             `protobuf:"bytes,8,opt,name=src,proto3" json:"src,omitempty"`
 	Remove        bool                   `protobuf:"varint,9,opt,name=remove,proto3" json:"remove,omitempty"`
+	Applied       []*UpdateTag           `protobuf:"bytes,10,rep,name=applied,proto3" json:"applied,omitempty"` // the predecessor's record of applied updates
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SyncWriteRequest) Reset() {
 	*x = SyncWriteRequest{}
-	mi := &file_storage_v1_storage_proto_msgTypes[15]
+	mi := &file_storage_v1_storage_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1226,7 @@ func (x *SyncWriteRequest) String() string {
 func (*SyncWriteRequest) ProtoMessage() {}
 
 func (x *SyncWriteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_v1_storage_proto_msgTypes[15]
+	mi := &file_storage_v1_storage_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1239,7 @@ func (x *SyncWriteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncWriteRequest.ProtoReflect.Descriptor instead.
 func (*SyncWriteRequest) Descriptor() ([]byte, []int) {
-	return file_storage_v1_storage_proto_rawDescGZIP(), []int{15}
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SyncWriteRequest) GetChain() uint32 {
@@ -1186,6 +1305,13 @@ func (x *SyncWriteRequest) GetRemove() bool {
 	return false
 }
 
+func (x *SyncWriteRequest) GetApplied() []*UpdateTag {
+	if x != nil {
+		return x.Applied
+	}
+	return nil
+}
+
 type SyncWriteReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1194,7 +1320,7 @@ type SyncWriteReply struct {
 
 func (x *SyncWriteReply) Reset() {
 	*x = SyncWriteReply{}
-	mi := &file_storage_v1_storage_proto_msgTypes[16]
+	mi := &file_storage_v1_storage_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1206,7 +1332,7 @@ func (x *SyncWriteReply) String() string {
 func (*SyncWriteReply) ProtoMessage() {}
 
 func (x *SyncWriteReply) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_v1_storage_proto_msgTypes[16]
+	mi := &file_storage_v1_storage_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1219,7 +1345,7 @@ func (x *SyncWriteReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncWriteReply.ProtoReflect.Descriptor instead.
 func (*SyncWriteReply) Descriptor() ([]byte, []int) {
-	return file_storage_v1_storage_proto_rawDescGZIP(), []int{16}
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{17}
 }
 
 // RemoveRequest deletes a chunk on every replica of its chain: sent to the
@@ -1236,7 +1362,7 @@ type RemoveRequest struct {
 
 func (x *RemoveRequest) Reset() {
 	*x = RemoveRequest{}
-	mi := &file_storage_v1_storage_proto_msgTypes[17]
+	mi := &file_storage_v1_storage_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1374,7 @@ func (x *RemoveRequest) String() string {
 func (*RemoveRequest) ProtoMessage() {}
 
 func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_v1_storage_proto_msgTypes[17]
+	mi := &file_storage_v1_storage_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1387,7 @@ func (x *RemoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveRequest.ProtoReflect.Descriptor instead.
 func (*RemoveRequest) Descriptor() ([]byte, []int) {
-	return file_storage_v1_storage_proto_rawDescGZIP(), []int{17}
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RemoveRequest) GetChain() uint32 {
@@ -1300,7 +1426,7 @@ type RemoveReply struct {
 
 func (x *RemoveReply) Reset() {
 	*x = RemoveReply{}
-	mi := &file_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_storage_v1_storage_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1438,7 @@ func (x *RemoveReply) String() string {
 func (*RemoveReply) ProtoMessage() {}
 
 func (x *RemoveReply) ProtoReflect() protoreflect.Message {
-	mi := &file_storage_v1_storage_proto_msgTypes[18]
+	mi := &file_storage_v1_storage_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1451,7 @@ func (x *RemoveReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveReply.ProtoReflect.Descriptor instead.
 func (*RemoveReply) Descriptor() ([]byte, []int) {
-	return file_storage_v1_storage_proto_rawDescGZIP(), []int{18}
+	return file_storage_v1_storage_proto_rawDescGZIP(), []int{19}
 }
 
 var File_storage_v1_storage_proto protoreflect.FileDescriptor
@@ -1340,7 +1466,7 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\x04R\x03key\x12\x16\n" +
 	"\x06offset\x18\x03 \x01(\x04R\x06offset\x12\x10\n" +
-	"\x03len\x18\x04 \x01(\rR\x03len\"\xe6\x02\n" +
+	"\x03len\x18\x04 \x01(\rR\x03len\"\xff\x02\n" +
 	"\rUpdateRequest\x12\x14\n" +
 	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x1b\n" +
 	"\tchain_ver\x18\x02 \x01(\x04R\bchainVer\x120\n" +
@@ -1356,7 +1482,8 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	" \x01(\x04R\tupdateVer\x12\x1d\n" +
 	"\n" +
 	"full_chunk\x18\v \x01(\bR\tfullChunk\x12\x16\n" +
-	"\x06target\x18\f \x01(\rR\x06target\"I\n" +
+	"\x06target\x18\f \x01(\rR\x06target\x12\x17\n" +
+	"\aver_crc\x18\r \x01(\rR\x06verCrc\"I\n" +
 	"\vUpdateReply\x12\x1d\n" +
 	"\n" +
 	"commit_ver\x18\x01 \x01(\x04R\tcommitVer\x12\x1b\n" +
@@ -1389,11 +1516,12 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x1b\n" +
 	"\tchain_ver\x18\x02 \x01(\x04R\bchainVer\x120\n" +
 	"\x05chunk\x18\x03 \x01(\v2\x1a.sluice.storage.v1.ChunkIDR\x05chunk\x12\x16\n" +
-	"\x06target\x18\x04 \x01(\rR\x06target\"+\n" +
+	"\x06target\x18\x04 \x01(\rR\x06target\"=\n" +
 	"\n" +
 	"QueryReply\x12\x1d\n" +
 	"\n" +
-	"commit_ver\x18\x01 \x01(\x04R\tcommitVer\"\xb0\x01\n" +
+	"commit_ver\x18\x01 \x01(\x04R\tcommitVer\x12\x10\n" +
+	"\x03crc\x18\x02 \x01(\rR\x03crc\"\xda\x01\n" +
 	"\aVersion\x12\x10\n" +
 	"\x03ver\x18\x01 \x01(\x04R\x03ver\x12\x16\n" +
 	"\x06length\x18\x02 \x01(\rR\x06length\x12\x10\n" +
@@ -1404,11 +1532,19 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"compressed\x18\x05 \x01(\bR\n" +
 	"compressed\x12\x16\n" +
 	"\x06stored\x18\x06 \x01(\rR\x06stored\x12\x12\n" +
-	"\x04slot\x18\a \x01(\rR\x04slot\"\x98\x01\n" +
+	"\x04slot\x18\a \x01(\rR\x04slot\x12\x16\n" +
+	"\x06client\x18\b \x01(\x04R\x06client\x12\x10\n" +
+	"\x03seq\x18\t \x01(\x04R\x03seq\"G\n" +
+	"\tUpdateTag\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\x04R\x06client\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x10\n" +
+	"\x03ver\x18\x03 \x01(\x04R\x03ver\"\xe6\x01\n" +
 	"\tChunkMeta\x128\n" +
 	"\tcommitted\x18\x01 \x01(\v2\x1a.sluice.storage.v1.VersionR\tcommitted\x124\n" +
 	"\apending\x18\x02 \x01(\v2\x1a.sluice.storage.v1.VersionR\apending\x12\x1b\n" +
-	"\tchain_ver\x18\x03 \x01(\x04R\bchainVer\"\xa4\x01\n" +
+	"\tchain_ver\x18\x03 \x01(\x04R\bchainVer\x12\x14\n" +
+	"\x05chain\x18\x04 \x01(\rR\x05chain\x126\n" +
+	"\aapplied\x18\x05 \x03(\v2\x1c.sluice.storage.v1.UpdateTagR\aapplied\"\xa4\x01\n" +
 	"\x0fSyncListRequest\x12\x14\n" +
 	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x1b\n" +
 	"\tchain_ver\x18\x02 \x01(\x04R\bchainVer\x12\x16\n" +
@@ -1421,7 +1557,7 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\x03crc\x18\x03 \x01(\rR\x03crc\"[\n" +
 	"\rSyncListReply\x126\n" +
 	"\aentries\x18\x01 \x03(\v2\x1c.sluice.storage.v1.SyncEntryR\aentries\x12\x12\n" +
-	"\x04more\x18\x02 \x01(\bR\x04more\"\x93\x02\n" +
+	"\x04more\x18\x02 \x01(\bR\x04more\"\xcb\x02\n" +
 	"\x10SyncWriteRequest\x12\x14\n" +
 	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x1b\n" +
 	"\tchain_ver\x18\x02 \x01(\x04R\bchainVer\x12\x16\n" +
@@ -1431,7 +1567,9 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\x06length\x18\x06 \x01(\rR\x06length\x12\x10\n" +
 	"\x03crc\x18\a \x01(\rR\x03crc\x12.\n" +
 	"\x03src\x18\b \x01(\v2\x1c.sluice.storage.v1.RemoteBufR\x03src\x12\x16\n" +
-	"\x06remove\x18\t \x01(\bR\x06remove\"\x10\n" +
+	"\x06remove\x18\t \x01(\bR\x06remove\x126\n" +
+	"\aapplied\x18\n" +
+	" \x03(\v2\x1c.sluice.storage.v1.UpdateTagR\aapplied\"\x10\n" +
 	"\x0eSyncWriteReply\"\x8c\x01\n" +
 	"\rRemoveRequest\x12\x14\n" +
 	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x1b\n" +
@@ -1452,7 +1590,7 @@ func file_storage_v1_storage_proto_rawDescGZIP() []byte {
 	return file_storage_v1_storage_proto_rawDescData
 }
 
-var file_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_storage_v1_storage_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_storage_v1_storage_proto_goTypes = []any{
 	(*ChunkID)(nil),          // 0: sluice.storage.v1.ChunkID
 	(*RemoteBuf)(nil),        // 1: sluice.storage.v1.RemoteBuf
@@ -1465,14 +1603,15 @@ var file_storage_v1_storage_proto_goTypes = []any{
 	(*QueryRequest)(nil),     // 8: sluice.storage.v1.QueryRequest
 	(*QueryReply)(nil),       // 9: sluice.storage.v1.QueryReply
 	(*Version)(nil),          // 10: sluice.storage.v1.Version
-	(*ChunkMeta)(nil),        // 11: sluice.storage.v1.ChunkMeta
-	(*SyncListRequest)(nil),  // 12: sluice.storage.v1.SyncListRequest
-	(*SyncEntry)(nil),        // 13: sluice.storage.v1.SyncEntry
-	(*SyncListReply)(nil),    // 14: sluice.storage.v1.SyncListReply
-	(*SyncWriteRequest)(nil), // 15: sluice.storage.v1.SyncWriteRequest
-	(*SyncWriteReply)(nil),   // 16: sluice.storage.v1.SyncWriteReply
-	(*RemoveRequest)(nil),    // 17: sluice.storage.v1.RemoveRequest
-	(*RemoveReply)(nil),      // 18: sluice.storage.v1.RemoveReply
+	(*UpdateTag)(nil),        // 11: sluice.storage.v1.UpdateTag
+	(*ChunkMeta)(nil),        // 12: sluice.storage.v1.ChunkMeta
+	(*SyncListRequest)(nil),  // 13: sluice.storage.v1.SyncListRequest
+	(*SyncEntry)(nil),        // 14: sluice.storage.v1.SyncEntry
+	(*SyncListReply)(nil),    // 15: sluice.storage.v1.SyncListReply
+	(*SyncWriteRequest)(nil), // 16: sluice.storage.v1.SyncWriteRequest
+	(*SyncWriteReply)(nil),   // 17: sluice.storage.v1.SyncWriteReply
+	(*RemoveRequest)(nil),    // 18: sluice.storage.v1.RemoveRequest
+	(*RemoveReply)(nil),      // 19: sluice.storage.v1.RemoveReply
 }
 var file_storage_v1_storage_proto_depIdxs = []int32{
 	0,  // 0: sluice.storage.v1.UpdateRequest.chunk:type_name -> sluice.storage.v1.ChunkID
@@ -1482,17 +1621,19 @@ var file_storage_v1_storage_proto_depIdxs = []int32{
 	0,  // 4: sluice.storage.v1.QueryRequest.chunk:type_name -> sluice.storage.v1.ChunkID
 	10, // 5: sluice.storage.v1.ChunkMeta.committed:type_name -> sluice.storage.v1.Version
 	10, // 6: sluice.storage.v1.ChunkMeta.pending:type_name -> sluice.storage.v1.Version
-	0,  // 7: sluice.storage.v1.SyncListRequest.after:type_name -> sluice.storage.v1.ChunkID
-	0,  // 8: sluice.storage.v1.SyncEntry.chunk:type_name -> sluice.storage.v1.ChunkID
-	13, // 9: sluice.storage.v1.SyncListReply.entries:type_name -> sluice.storage.v1.SyncEntry
-	0,  // 10: sluice.storage.v1.SyncWriteRequest.chunk:type_name -> sluice.storage.v1.ChunkID
-	1,  // 11: sluice.storage.v1.SyncWriteRequest.src:type_name -> sluice.storage.v1.RemoteBuf
-	0,  // 12: sluice.storage.v1.RemoveRequest.chunk:type_name -> sluice.storage.v1.ChunkID
-	13, // [13:13] is the sub-list for method output_type
-	13, // [13:13] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	11, // 7: sluice.storage.v1.ChunkMeta.applied:type_name -> sluice.storage.v1.UpdateTag
+	0,  // 8: sluice.storage.v1.SyncListRequest.after:type_name -> sluice.storage.v1.ChunkID
+	0,  // 9: sluice.storage.v1.SyncEntry.chunk:type_name -> sluice.storage.v1.ChunkID
+	14, // 10: sluice.storage.v1.SyncListReply.entries:type_name -> sluice.storage.v1.SyncEntry
+	0,  // 11: sluice.storage.v1.SyncWriteRequest.chunk:type_name -> sluice.storage.v1.ChunkID
+	1,  // 12: sluice.storage.v1.SyncWriteRequest.src:type_name -> sluice.storage.v1.RemoteBuf
+	11, // 13: sluice.storage.v1.SyncWriteRequest.applied:type_name -> sluice.storage.v1.UpdateTag
+	0,  // 14: sluice.storage.v1.RemoveRequest.chunk:type_name -> sluice.storage.v1.ChunkID
+	15, // [15:15] is the sub-list for method output_type
+	15, // [15:15] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_storage_v1_storage_proto_init() }
@@ -1506,7 +1647,7 @@ func file_storage_v1_storage_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_storage_v1_storage_proto_rawDesc), len(file_storage_v1_storage_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   19,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -85,6 +85,8 @@ func (c *ClusterMap) Apply(cmd *mgmtdpb.Command) error {
 		err = targetRejoin(m, op.TargetRejoin)
 	case *mgmtdpb.Command_TargetSynced:
 		err = targetSynced(m, op.TargetSynced)
+	case *mgmtdpb.Command_TargetFull:
+		err = targetFull(m, op.TargetFull)
 	default:
 		err = fmt.Errorf("%w: empty command", ErrBadCommand)
 	}
@@ -135,15 +137,78 @@ func registerNode(m *mgmtdpb.ClusterMap, r *mgmtdpb.RegisterNode) error {
 		m.Nodes = append(m.Nodes, r.Node)
 	}
 	for _, id := range r.Targets {
-		if t := target(m, id); t != nil {
-			if t.Node != r.Node.Id {
-				return fmt.Errorf("%w: target %d belongs to node %s", ErrBadCommand, id, t.Node)
-			}
+		if t := target(m, id); t != nil && t.Node != r.Node.Id {
+			return fmt.Errorf("%w: target %d belongs to node %s", ErrBadCommand, id, t.Node)
+		}
+	}
+	for _, id := range r.Targets {
+		t := target(m, id)
+		if t == nil {
+			m.Targets = append(m.Targets, &mgmtdpb.Target{Id: id, Node: r.Node.Id, State: mgmtdpb.TargetState_SERVING})
 			continue
 		}
-		m.Targets = append(m.Targets, &mgmtdpb.Target{Id: id, Node: r.Node.Id, State: mgmtdpb.TargetState_SERVING})
+		// A known target registering again was restarted. An offline one
+		// comes back with its first heartbeat; one still in its chains
+		// (restarted within its lease) goes back to be resynced.
+		if t.State != mgmtdpb.TargetState_OFFLINE {
+			eachChain(m, t, func(c *storage.Chain) bool { return c.Restart(storage.TargetID(id)) })
+			settleTarget(m, t)
+		}
 	}
 	return nil
+}
+
+// eachChain runs fn on each of t's chains, as storage sees a chain, and
+// writes back the ones fn changed.
+func eachChain(m *mgmtdpb.ClusterMap, t *mgmtdpb.Target, fn func(c *storage.Chain) bool) {
+	for _, cid := range t.Chains {
+		pc := chain(m, cid)
+		if pc == nil {
+			continue
+		}
+		c := chainFromProto(pc)
+		if !fn(&c) {
+			continue
+		}
+		pc.Version, pc.Targets, pc.States = c.Version, pc.Targets[:0], pc.States[:0]
+		for i, id := range c.Targets {
+			pc.Targets = append(pc.Targets, uint32(id))
+			pc.States = append(pc.States, stateToProto[c.States[i]])
+		}
+	}
+}
+
+// settleTarget sets a live target's overall state: syncing while it
+// catches up in any chain, else serving.
+func settleTarget(m *mgmtdpb.ClusterMap, t *mgmtdpb.Target) {
+	t.State = mgmtdpb.TargetState_SERVING
+	for _, cid := range t.Chains {
+		if c := chain(m, cid); c != nil && chainFromProto(c).State(storage.TargetID(t.Id)) == storage.Syncing {
+			t.State = mgmtdpb.TargetState_SYNCING
+		}
+	}
+}
+
+var (
+	stateFromProto = map[mgmtdpb.TargetState]storage.TargetState{
+		mgmtdpb.TargetState_SERVING: storage.Serving, mgmtdpb.TargetState_SYNCING: storage.Syncing, mgmtdpb.TargetState_OFFLINE: storage.Offline,
+	}
+	stateToProto = map[storage.TargetState]mgmtdpb.TargetState{
+		storage.Serving: mgmtdpb.TargetState_SERVING, storage.Syncing: mgmtdpb.TargetState_SYNCING, storage.Offline: mgmtdpb.TargetState_OFFLINE,
+	}
+)
+
+func chainFromProto(c *mgmtdpb.Chain) storage.Chain {
+	ch := storage.Chain{ID: storage.ChainID(c.Id), Version: c.Version}
+	for i, t := range c.Targets {
+		st := storage.Serving // a map from before per-chain states
+		if i < len(c.States) {
+			st = stateFromProto[c.States[i]]
+		}
+		ch.Targets = append(ch.Targets, storage.TargetID(t))
+		ch.States = append(ch.States, st)
+	}
+	return ch
 }
 
 func createTable(m *mgmtdpb.ClusterMap, r *mgmtdpb.CreateChainTable) error {
@@ -169,6 +234,9 @@ func createTable(m *mgmtdpb.ClusterMap, r *mgmtdpb.CreateChainTable) error {
 	table := &mgmtdpb.ChainTable{Id: r.Table, Replicas: r.Replicas}
 	for _, ts := range placed {
 		c := &mgmtdpb.Chain{Id: next, Version: 1, Targets: ts, Table: r.Table}
+		for range ts {
+			c.States = append(c.States, mgmtdpb.TargetState_SERVING)
+		}
 		next++
 		m.Chains = append(m.Chains, c)
 		table.Chains = append(table.Chains, c.Id)
@@ -189,14 +257,8 @@ func targetOffline(m *mgmtdpb.ClusterMap, id uint32) error {
 	if t.State == mgmtdpb.TargetState_OFFLINE {
 		return nil
 	}
-	t.State, t.Synced = mgmtdpb.TargetState_OFFLINE, nil
-	for _, cid := range t.Chains {
-		c := chain(m, cid)
-		if i := slices.Index(c.Targets, id); i >= 0 {
-			c.Targets = slices.Delete(c.Targets, i, i+1)
-			c.Version++
-		}
-	}
+	t.State = mgmtdpb.TargetState_OFFLINE
+	eachChain(m, t, func(c *storage.Chain) bool { return c.Leave(storage.TargetID(id)) })
 	return nil
 }
 
@@ -205,32 +267,38 @@ func targetRejoin(m *mgmtdpb.ClusterMap, id uint32) error {
 	if t == nil || t.State != mgmtdpb.TargetState_OFFLINE {
 		return fmt.Errorf("%w: target %d is not offline", ErrBadCommand, id)
 	}
-	t.State, t.Synced = mgmtdpb.TargetState_SYNCING, nil
-	if len(t.Chains) == 0 {
-		t.State = mgmtdpb.TargetState_SERVING // in no chain: nothing to catch up on
-	}
-	for _, cid := range t.Chains {
-		c := chain(m, cid)
-		c.Targets = append(c.Targets, id)
-		c.Version++
-	}
+	eachChain(m, t, func(c *storage.Chain) bool { c.Return(storage.TargetID(id)); return true })
+	settleTarget(m, t)
 	return nil
 }
 
 func targetSynced(m *mgmtdpb.ClusterMap, r *mgmtdpb.TargetSynced) error {
 	t := target(m, r.Target)
-	if t == nil || t.State != mgmtdpb.TargetState_SYNCING || !slices.Contains(t.Chains, r.Chain) {
+	c := chain(m, r.Chain)
+	if t == nil || c == nil || t.State == mgmtdpb.TargetState_OFFLINE {
 		return fmt.Errorf("%w: target %d is not syncing in chain %d", ErrBadCommand, r.Target, r.Chain)
 	}
-	if !slices.Contains(t.Synced, r.Chain) {
-		t.Synced = append(t.Synced, r.Chain)
+	if r.ChainVer != 0 && r.ChainVer != c.Version {
+		return fmt.Errorf("%w: chain %d is at version %d, the resync of target %d ran at %d", ErrBadCommand, r.Chain, c.Version, r.Target, r.ChainVer)
 	}
-	if len(t.Synced) == len(t.Chains) {
-		t.State, t.Synced = mgmtdpb.TargetState_SERVING, nil
-		for _, cid := range t.Chains {
-			chain(m, cid).Version++
-		}
+	ok := false
+	eachChain(m, &mgmtdpb.Target{Chains: []uint32{r.Chain}}, func(ch *storage.Chain) bool {
+		ok = ch.Synced(storage.TargetID(r.Target))
+		return ok
+	})
+	if !ok {
+		return fmt.Errorf("%w: target %d is not syncing in chain %d", ErrBadCommand, r.Target, r.Chain)
 	}
+	settleTarget(m, t)
+	return nil
+}
+
+func targetFull(m *mgmtdpb.ClusterMap, r *mgmtdpb.TargetFull) error {
+	t := target(m, r.Target)
+	if t == nil {
+		return fmt.Errorf("%w: no target %d", ErrBadCommand, r.Target)
+	}
+	t.Full = r.Full
 	return nil
 }
 
@@ -241,17 +309,11 @@ func Routing(m *mgmtdpb.ClusterMap) *storage.Routing {
 	for _, n := range m.Nodes {
 		addr[n.Id] = fabric.NodeID(n.Address)
 	}
-	states := map[mgmtdpb.TargetState]storage.TargetState{
-		mgmtdpb.TargetState_SERVING: storage.Serving, mgmtdpb.TargetState_SYNCING: storage.Syncing, mgmtdpb.TargetState_OFFLINE: storage.Offline,
-	}
 	for _, t := range m.Targets {
-		r.Targets[storage.TargetID(t.Id)] = storage.Target{ID: storage.TargetID(t.Id), Node: addr[t.Node], State: states[t.State]}
+		r.Targets[storage.TargetID(t.Id)] = storage.Target{ID: storage.TargetID(t.Id), Node: addr[t.Node], State: stateFromProto[t.State], Full: t.Full}
 	}
 	for _, c := range m.Chains {
-		ch := storage.Chain{ID: storage.ChainID(c.Id), Version: c.Version}
-		for _, t := range c.Targets {
-			ch.Targets = append(ch.Targets, storage.TargetID(t))
-		}
+		ch := chainFromProto(c)
 		r.Chains[ch.ID] = ch
 	}
 	return r

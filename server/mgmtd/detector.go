@@ -2,6 +2,7 @@ package mgmtd
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -41,6 +42,16 @@ type Detector struct {
 	lapsed prometheus.Counter
 }
 
+// FullBelow is the free space under which a target counts as full: it is
+// marked so in the map, and writes to its chains fail fast, until it has
+// twice as much again.
+var FullBelow uint64 = 64 << 20
+
+// Grant is how long after it sent a heartbeat a node may go on serving:
+// less than the lease, so that a node that stops hearing back (paused,
+// partitioned) stops serving before mgmtd gives its chains to others.
+func (d *Detector) Grant() time.Duration { return d.lease * 2 / 3 }
+
 // Metrics are the detector's Prometheus metrics: leases that lapsed
 // (heartbeats missed long enough to take a target offline).
 func (d *Detector) Metrics() []prometheus.Collector { return []prometheus.Collector{d.lapsed} }
@@ -55,8 +66,11 @@ func NewDetector(p Proposer, lease time.Duration, log *slog.Logger) *Detector {
 }
 
 // Heartbeat records that a node's targets are alive, with their disks'
-// space as the node reports it; an offline one is brought back as syncing.
-func (d *Detector) Heartbeat(ctx context.Context, targets []uint32, space []*mgmtdpb.TargetSpace) error {
+// space as the node reports it; an offline one is brought back, a target
+// whose disk filled up (or has room again) is marked so. It returns the
+// map's version after those changes: the node serves only once its routing
+// has caught up with it.
+func (d *Detector) Heartbeat(ctx context.Context, targets []uint32, space []*mgmtdpb.TargetSpace) (uint64, error) {
 	now := time.Now()
 	d.mu.Lock()
 	for _, t := range targets {
@@ -69,22 +83,49 @@ func (d *Detector) Heartbeat(ctx context.Context, targets []uint32, space []*mgm
 	}
 	d.mu.Unlock()
 	if !d.p.IsLeader() {
-		return nil
+		return 0, errNotLeader
 	}
 	m, err := d.p.ClusterMap()
 	if err != nil {
-		return err
+		return 0, err
+	}
+	propose := func(cmd *mgmtdpb.Command) error {
+		if err := d.p.ProposeCluster(ctx, cmd); err != nil {
+			return err
+		}
+		if m, err = d.p.ClusterMap(); err != nil {
+			return err
+		}
+		return nil
 	}
 	for _, id := range targets {
-		if t := target(m, id); t != nil && t.State == mgmtdpb.TargetState_OFFLINE {
-			if err := d.p.ProposeCluster(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_TargetRejoin{TargetRejoin: id}}); err != nil {
-				return err
+		t := target(m, id)
+		if t == nil {
+			continue
+		}
+		if t.State == mgmtdpb.TargetState_OFFLINE {
+			if err := propose(&mgmtdpb.Command{Op: &mgmtdpb.Command_TargetRejoin{TargetRejoin: id}}); err != nil {
+				return 0, err
 			}
-			d.log.Info("target back; syncing", "target", id)
+			d.log.Info("target back", "target", id)
 		}
 	}
-	return nil
+	for _, sp := range space {
+		t := target(m, sp.Target)
+		if t == nil || !slices.Contains(targets, sp.Target) {
+			continue
+		}
+		if full := sp.FreeBytes < FullBelow || t.Full && sp.FreeBytes < 2*FullBelow; full != t.Full {
+			if err := propose(&mgmtdpb.Command{Op: &mgmtdpb.Command_TargetFull{TargetFull: &mgmtdpb.TargetFull{Target: sp.Target, Full: full}}}); err != nil {
+				return 0, err
+			}
+			d.log.Warn("target disk full", "target", sp.Target, "full", full, "free", sp.FreeBytes)
+		}
+	}
+	return m.Version, nil
 }
+
+var errNotLeader = errors.New("mgmtd: not the leader")
 
 // Space adds up the disks of the targets whose lease is current, as their
 // last heartbeats reported them: a target that stopped heartbeating holds

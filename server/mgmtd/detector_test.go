@@ -104,10 +104,10 @@ func TestDetectorSpace(t *testing.T) {
 	sp := func(target uint32, total, free uint64) *mgmtdpb.TargetSpace {
 		return &mgmtdpb.TargetSpace{Target: target, TotalBytes: total, FreeBytes: free}
 	}
-	if err := d.Heartbeat(ctx, []uint32{1, 2}, []*mgmtdpb.TargetSpace{sp(1, 100, 40), sp(2, 200, 50), sp(3, 1000, 1000)}); err != nil {
+	if _, err := d.Heartbeat(ctx, []uint32{1, 2}, []*mgmtdpb.TargetSpace{sp(1, 100, 40), sp(2, 200, 50), sp(3, 1000, 1000)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Heartbeat(ctx, []uint32{4}, []*mgmtdpb.TargetSpace{sp(4, 10, 20)}); err != nil {
+	if _, err := d.Heartbeat(ctx, []uint32{4}, []*mgmtdpb.TargetSpace{sp(4, 10, 20)}); err != nil {
 		t.Fatal(err)
 	}
 	if total, free, n := d.Space(); total != 300 || free != 90 || n != 2 {

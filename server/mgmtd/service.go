@@ -59,14 +59,16 @@ func (s *Service) ReportSynced(ctx context.Context, req *mgmtdpb.TargetSynced) (
 	return s.propose(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_TargetSynced{TargetSynced: req}})
 }
 
-func (s *Service) Heartbeat(ctx context.Context, req *mgmtdpb.HeartbeatRequest) (*mgmtdpb.Empty, error) {
+// Heartbeat renews a node's lease (HeartbeatReply).
+func (s *Service) Heartbeat(ctx context.Context, req *mgmtdpb.HeartbeatRequest) (*mgmtdpb.HeartbeatReply, error) {
 	if !s.g.IsLeader() {
 		return nil, status.Error(codes.Unavailable, "mgmtd: not the leader")
 	}
-	if err := s.d.Heartbeat(ctx, req.Targets, req.Space); err != nil {
+	ver, err := s.d.Heartbeat(ctx, req.Targets, req.Space)
+	if err != nil {
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	return &mgmtdpb.Empty{}, nil
+	return &mgmtdpb.HeartbeatReply{MapVersion: ver, LeaseMs: uint64(s.d.Grant().Milliseconds())}, nil
 }
 
 func (s *Service) GetClusterMap(ctx context.Context, _ *mgmtdpb.Empty) (*mgmtdpb.ClusterMap, error) {

@@ -39,20 +39,28 @@ func (s TargetState) String() string {
 	return fmt.Sprintf("TargetState(%d)", int(s))
 }
 
-// Target is where a target lives and what state it is in.
+// Target is where a target lives and what state it is in overall: offline
+// while its lease has lapsed, else syncing if it is catching up in any of
+// its chains, else serving. What a target may do in a chain is its state in
+// that chain (Chain.State).
 type Target struct {
 	ID    TargetID
 	Node  fabric.NodeID
 	State TargetState
+	// Full: its disk has no room for another chunk; writes to its chains
+	// fail fast with ErrNoSpace until it has.
+	Full bool
 }
 
-// Chain is an ordered list of targets, head first. Its version changes
-// whenever its membership or order does; every request carries the version
+// Chain is an ordered list of targets, head first, with each one's state
+// in the chain (States[i] is Targets[i]'s). Its version changes whenever
+// its membership, order or states do; every request carries the version
 // it was routed with, and a target refuses any other.
 type Chain struct {
 	ID      ChainID
 	Version uint64
 	Targets []TargetID
+	States  []TargetState
 }
 
 // Routing is one version of the cluster's routing information.
@@ -117,6 +125,7 @@ func (r *Routing) Next() *Routing {
 	n := &Routing{Version: r.Version + 1, Chains: make(map[ChainID]Chain), Targets: make(map[TargetID]Target)}
 	for id, c := range r.Chains {
 		c.Targets = slices.Clone(c.Targets)
+		c.States = slices.Clone(c.States)
 		n.Chains[id] = c
 	}
 	for id, t := range r.Targets {
@@ -125,40 +134,146 @@ func (r *Routing) Next() *Routing {
 	return n
 }
 
-// SetOffline takes target out of every chain it is in, bumping those
-// chains' versions: what mgmtd does when a target's lease lapses.
+// SetOffline is what mgmtd does when target's lease lapses: it leaves each
+// of its chains (Chain.Leave) and is offline.
 func (r *Routing) SetOffline(target TargetID) {
 	t := r.Targets[target]
 	t.State = Offline
 	r.Targets[target] = t
 	for id, c := range r.Chains {
-		if i := slices.Index(c.Targets, target); i >= 0 {
-			c.Targets = slices.Delete(c.Targets, i, i+1)
-			c.Version++
+		if c.Leave(target) {
 			r.Chains[id] = c
 		}
 	}
 }
 
-// Rejoin puts a returning target at the end of chain, syncing.
+// Rejoin brings an offline target back into chain (Chain.Return).
 func (r *Routing) Rejoin(chain ChainID, target TargetID) {
-	t := r.Targets[target]
-	t.State = Syncing
-	r.Targets[target] = t
 	c := r.Chains[chain]
-	c.Targets = append(c.Targets, target)
-	c.Version++
+	c.Return(target)
 	r.Chains[chain] = c
+	r.Targets[target] = r.settle(r.Targets[target])
 }
 
-// SetServing lets a target that finished syncing serve.
+// SetServing lets a target that finished syncing in chain serve there.
 func (r *Routing) SetServing(chain ChainID, target TargetID) {
-	t := r.Targets[target]
-	t.State = Serving
-	r.Targets[target] = t
 	c := r.Chains[chain]
-	c.Version++
+	c.Synced(target)
 	r.Chains[chain] = c
+	r.Targets[target] = r.settle(r.Targets[target])
+}
+
+// settle recomputes a live target's overall state from its chain states.
+func (r *Routing) settle(t Target) Target {
+	t.State = Serving
+	for _, c := range r.Chains {
+		if c.State(t.ID) == Syncing {
+			t.State = Syncing
+		}
+	}
+	return t
+}
+
+// State is target's state in the chain (0 when it is not in it). Chains
+// from before per-chain states (no States) count every member as serving.
+func (c Chain) State(target TargetID) TargetState {
+	i := slices.Index(c.Targets, target)
+	switch {
+	case i < 0:
+		return 0
+	case i >= len(c.States):
+		return Serving
+	}
+	return c.States[i]
+}
+
+// fill gives every member a state (serving where none was recorded).
+func (c *Chain) fill() {
+	for len(c.States) < len(c.Targets) {
+		c.States = append(c.States, Serving)
+	}
+}
+
+// Serving lists the chain's serving targets, head first.
+func (c Chain) Serving() []TargetID {
+	var out []TargetID
+	for _, t := range c.Targets {
+		if c.State(t) == Serving {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// Leave takes target out of the chain when its lease lapses, unless it is
+// the chain's last serving replica: that one stays, offline, as the
+// chain's source of truth, and the chain serves nothing until it returns
+// (as in 3FS), since every acknowledged write is on it and perhaps on no
+// other. It reports whether the chain changed.
+func (c *Chain) Leave(target TargetID) bool {
+	c.fill()
+	i := slices.Index(c.Targets, target)
+	if i < 0 || c.States[i] == Offline {
+		return false
+	}
+	c.Version++
+	if c.States[i] == Serving && len(c.Serving()) == 1 {
+		c.States[i] = Offline
+		return true
+	}
+	c.Targets = slices.Delete(c.Targets, i, i+1)
+	c.States = slices.Delete(c.States, i, i+1)
+	return true
+}
+
+// Return brings target back after its lease lapsed: where it was kept as
+// the last serving replica it serves again; elsewhere it joins the chain's
+// end, syncing.
+func (c *Chain) Return(target TargetID) {
+	c.fill()
+	c.Version++
+	if i := slices.Index(c.Targets, target); i >= 0 {
+		if c.States[i] == Offline {
+			c.States[i] = Serving
+		}
+		return
+	}
+	c.Targets = append(c.Targets, target)
+	c.States = append(c.States, Syncing)
+}
+
+// Restart is a target that started again while still in the chain (a
+// restart within its lease): it may have missed what happened while it was
+// down, so it goes to the chain's end to be resynced, unless it is the
+// chain's only serving replica, which keeps serving. It reports whether the
+// chain changed.
+func (c *Chain) Restart(target TargetID) bool {
+	c.fill()
+	i := slices.Index(c.Targets, target)
+	if i < 0 {
+		return false
+	}
+	c.Version++
+	if c.States[i] == Serving && len(c.Serving()) == 1 || c.States[i] == Offline {
+		c.States[i] = Serving
+		return true
+	}
+	c.Targets = append(slices.Delete(c.Targets, i, i+1), target)
+	c.States = append(slices.Delete(c.States, i, i+1), Syncing)
+	return true
+}
+
+// Synced lets a syncing target that caught up serve; it reports whether
+// target was syncing in the chain.
+func (c *Chain) Synced(target TargetID) bool {
+	c.fill()
+	i := slices.Index(c.Targets, target)
+	if i < 0 || c.States[i] != Syncing {
+		return false
+	}
+	c.States[i] = Serving
+	c.Version++
+	return true
 }
 
 // position reports where target sits in chain c: its index, its successor
