@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -44,7 +45,7 @@ type serverConfig struct {
 }
 
 func newServerCmd() *cobra.Command {
-	var role, config string
+	var role, config, logLevel string
 	cmd := &cobra.Command{
 		Use:   "server --role meta|storage --config FILE",
 		Short: "Run one process of a cluster: a control-plane replica or a storage node",
@@ -64,6 +65,10 @@ func newServerCmd() *cobra.Command {
 			if cfg.TokenFile == "" {
 				cfg.TokenFile = filepath.Join(cfg.Dir, "token")
 			}
+			logger, err := serverLogger(logLevel)
+			if err != nil {
+				return err
+			}
 			os.MkdirAll(cfg.Dir, 0o755)
 			token, err := cluster.LoadToken(cfg.TokenFile)
 			if err != nil {
@@ -74,7 +79,7 @@ func newServerCmd() *cobra.Command {
 			case "meta":
 				m := cfg.Meta
 				c, err := cluster.StartControl(cmd.Context(), cluster.ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), ID: m.ID, RaftBind: m.RaftBind,
-					Listen: m.Listen, Token: token, Members: m.Members, ChunkSize: m.ChunkSize, Stripe: m.Stripe, ExpectTargets: m.ExpectTargets, Replicas: m.Replicas})
+					Listen: m.Listen, Token: token, Members: m.Members, ChunkSize: m.ChunkSize, Stripe: m.Stripe, ExpectTargets: m.ExpectTargets, Replicas: m.Replicas, Logger: logger})
 				if err != nil {
 					return err
 				}
@@ -83,7 +88,7 @@ func newServerCmd() *cobra.Command {
 			case "storage":
 				s := cfg.Storage
 				n, err := cluster.StartStorage(cmd.Context(), cluster.StorageConfig{Dir: cfg.Dir, Cluster: s.Cluster, Token: token, NodeID: s.NodeID,
-					FabricListen: s.FabricListen, Targets: s.Targets, ChunkSize: s.ChunkSize})
+					FabricListen: s.FabricListen, Targets: s.Targets, ChunkSize: s.ChunkSize, Logger: logger})
 				if err != nil {
 					return err
 				}
@@ -104,7 +109,22 @@ func newServerCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&role, "role", "", "meta or storage")
 	cmd.Flags().StringVar(&config, "config", "", "the process's JSON config")
+	cmd.Flags().StringVar(&logLevel, "log-level", "", "log to standard error at this level and above: debug, info, warn or error (default: no log)")
 	cmd.MarkFlagRequired("role")
 	cmd.MarkFlagRequired("config")
 	return cmd
+}
+
+// serverLogger is the process's logger for --log-level: slog text on
+// standard error at that level, or nil (the cluster package then discards
+// its logs) when no level is given.
+func serverLogger(level string) (*slog.Logger, error) {
+	if level == "" {
+		return nil, nil
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: %w", level, err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }
