@@ -1,0 +1,32 @@
+// Package nemesis is a Jepsen-style fault-injection harness for Sluice's
+// storage layer, run against real `sluice server` processes.
+//
+// It owns four things, each in its own file:
+//
+//   - the cluster under test (procs.go): three meta replicas and storage
+//     nodes as child processes on fixed loopback addresses, so a restarted
+//     process keeps its address; each process's log in the run directory;
+//   - the workload (workload.go, value.go): SDK clients in the test process
+//     on a register workload over 4 KiB blocks, every value unique and
+//     self-describing, recorded as a history (history.go);
+//   - the nemesis (nemesis.go, netfault.go, diskfault.go): faults drawn by
+//     seed — SIGKILL with short and long restarts, kills of every replica of
+//     a chain, SIGSTOP pauses past the lease, meta leader kills, nftables
+//     partitions of a node's fabric port, a target's disk filled up — each
+//     a Fault with Inject and Heal, every one logged in the history;
+//   - the checker (check.go): porcupine per key on a register model,
+//     acknowledged writes lost, torn or corrupt reads, and, offline after a
+//     clean stop, replicas of each chain byte-identical and no chunk on a
+//     target outside its chain.
+//
+// Run ties them together: start, load, run faults with the workload, heal,
+// wait for every target to serve, read every key, stop, check.
+//
+// The checker knows nothing of the implementation: it reads only the
+// history, the final cluster map and each target's chunk records. The
+// package must never reach into a server process (no shared memory, no
+// test hooks): what it knows of the cluster it learns as a client does, or
+// from the files once the processes have stopped. It leaves the machine as
+// it found it: children killed, its nftables table deleted, its tmpfs
+// mounts unmounted, whatever way a run ends (Cluster.Close).
+package nemesis
