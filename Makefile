@@ -10,7 +10,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 FUZZSCALE ?= 1
 FUZZ_TARGETS = ./internal/crc32c:FuzzUpdate:200000 ./fabric/tcp:FuzzDecodeFrame:150000 ./fabric/tcp:FuzzServe:60000 ./fabric/internal/handshake:FuzzHandshake:150000 ./shmring:FuzzRingFromPeer:100000 ./shmring:FuzzControlFrame:200000
 
-.PHONY: all build python pytest test unit fuzz lint demo bench clean
+.PHONY: all build python pytest test unit fuzz lint demo bench clean chaos
 
 # The Python tests run in .venv when there is one (.ci/run makes it:
 # Debian's python3 and python3-torch, pyarrow and pytest from PyPI).
@@ -46,8 +46,10 @@ else
 	@echo "WARNING: libibverbs-dev not installed: fabric/verbs not compiled (apt-get install libibverbs-dev)"
 endif
 
+# The nemesis suite (internal/nemesis) runs its short seeds here, on the
+# binary `build` made.
 unit:
-	$(GO) test -race -timeout 20m ./...
+	SLUICE_BIN=$(CURDIR)/bin/sluice $(GO) test -race -timeout 20m ./...
 	# the agent's million-entry two-process run, at full size without -race
 	$(GO) test -run '^TestAgentTwoProcesses$$' ./sdk/
 ifeq ($(HAVE_VERBS),yes)
@@ -65,6 +67,21 @@ test: lint build unit pytest fuzz
 
 demo: build
 	./bin/sluice demo
+
+# The nemesis suite's long run: real processes under faults drawn by each
+# seed (kills, pauses, meta leader kills, partitions and a full disk need
+# root), checked with porcupine per key and offline. A failed seed keeps
+# its directory and names it. CHAOS_SCENARIO is "mixed" or a
+# comma-separated list of fault kinds (kill-short, kill-long, kill-chain,
+# pause, meta-leader, partition, disk-full).
+CHAOS_DURATION ?= 10m
+CHAOS_SEEDS    ?= 1 2 3
+CHAOS_SCENARIO ?= mixed
+CHAOS_CLIENTS  ?= 4
+chaos: build
+	SLUICE_BIN=$(CURDIR)/bin/sluice NEMESIS_DURATION=$(CHAOS_DURATION) NEMESIS_SEEDS="$(CHAOS_SEEDS)" \
+		NEMESIS_SCENARIO=$(CHAOS_SCENARIO) NEMESIS_CLIENTS=$(CHAOS_CLIENTS) \
+		$(GO) test -count=1 -timeout 0 -run '^TestNemesis$$' -v ./internal/nemesis/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 3 ./fabric/...
