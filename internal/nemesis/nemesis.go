@@ -302,6 +302,13 @@ func Schedule(ctx context.Context, rng *rand.Rand, nemeses []Nemesis, d time.Dur
 		total += weights[n.Kind()]
 	}
 	end := time.Now().Add(d)
+	if total == 0 { // no faults: the workload alone, for as long
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+		}
+		return counts
+	}
 	next := time.Now().Add(between(rng, 500*time.Millisecond, 2500*time.Millisecond))
 	for total > 0 && time.Now().Before(end) && ctx.Err() == nil {
 		wake := next

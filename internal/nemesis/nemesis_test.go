@@ -19,6 +19,10 @@ var sluiceBin, binErr = "", error(nil)
 
 func TestMain(m *testing.M) {
 	sluiceBin = os.Getenv("SLUICE_BIN")
+	if _, err := os.Stat(sluiceBin); sluiceBin != "" && err != nil {
+		fmt.Fprintf(os.Stderr, "nemesis: SLUICE_BIN=%s: %v; building one\n", sluiceBin, err)
+		sluiceBin = ""
+	}
 	var tmp string
 	if sluiceBin == "" {
 		var err error
@@ -49,8 +53,9 @@ func envOr(name, def string) string {
 
 // TestNemesis runs the cluster under faults for each seed. The default is
 // the short run of `make test`: three seeds of 15 s of faults. `make
-// chaos` sets NEMESIS_SEEDS, NEMESIS_DURATION, NEMESIS_SCENARIO (mixed,
-// or a comma-separated list of fault kinds), NEMESIS_CLIENTS.
+// chaos` sets NEMESIS_SEEDS, NEMESIS_DURATION, NEMESIS_SCENARIO (mixed;
+// none, the workload without faults; or a comma-separated list of fault
+// kinds), NEMESIS_CLIENTS.
 //
 // A failed seed keeps its directory (history.jsonl, report.txt,
 // final-map.json, every process's log) and names it; a passing one is
@@ -70,8 +75,12 @@ func TestNemesis(t *testing.T) {
 		t.Fatalf("NEMESIS_DURATION: %v", err)
 	}
 	scenario := envOr("NEMESIS_SCENARIO", "mixed")
-	var faults []string
-	if scenario != "mixed" {
+	var faults []string // nil: every kind
+	switch scenario {
+	case "mixed":
+	case "none": // the workload alone: the harness's own check
+		faults = []string{}
+	default:
 		faults = strings.Split(scenario, ",")
 	}
 	clients, err := strconv.Atoi(envOr("NEMESIS_CLIENTS", "3"))

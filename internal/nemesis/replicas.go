@@ -76,17 +76,28 @@ func CheckReplicas(m *mgmtdpb.ClusterMap, targets map[uint32]TargetChunks, expec
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
+	// A chunk's chain is the one its record names; a record that names
+	// none is reported, and where its file places it that chain stands in,
+	// so that the replicas are still compared.
+	chainOf := map[uint32]map[storage.ChunkID]uint32{}
 	for _, tid := range ids {
+		chainOf[tid] = map[storage.ChunkID]uint32{}
 		for cid, st := range targets[tid] {
-			if st.Chain == 0 {
+			want, known := expect(cid)
+			eff := st.Chain
+			switch {
+			case st.Chain == 0 && known:
+				problems = append(problems, fmt.Sprintf("target %d: chunk %v names no chain in its record (its file places it in chain %d)", tid, cid, want))
+				eff = want
+			case st.Chain == 0:
 				problems = append(problems, fmt.Sprintf("target %d: chunk %v names no chain in its record", tid, cid))
 				continue
-			}
-			if want, ok := expect(cid); ok && want != st.Chain {
+			case known && want != st.Chain:
 				problems = append(problems, fmt.Sprintf("target %d: chunk %v names chain %d, its file places it in chain %d", tid, cid, st.Chain, want))
 			}
-			if !slices.Contains(chains[st.Chain], tid) {
-				problems = append(problems, fmt.Sprintf("target %d: chunk %v of chain %d, whose targets are %v", tid, cid, st.Chain, chains[st.Chain]))
+			chainOf[tid][cid] = eff
+			if !slices.Contains(chains[eff], tid) {
+				problems = append(problems, fmt.Sprintf("target %d: chunk %v of chain %d, whose targets are %v", tid, cid, eff, chains[eff]))
 			}
 		}
 	}
@@ -108,7 +119,7 @@ func CheckReplicas(m *mgmtdpb.ClusterMap, targets map[uint32]TargetChunks, expec
 				continue
 			}
 			for id, st := range tc {
-				if st.Chain == cid && st.Committed { // a chunk never committed holds nothing
+				if chainOf[tid][id] == cid && st.Committed { // a chunk never committed holds nothing
 					per[i][id] = st
 					all[id] = true
 				}

@@ -22,8 +22,9 @@ type Config struct {
 	Bin      string // the sluice binary
 	Dir      string // the run's directory (must exist)
 	Seed     uint64
-	Scenario string        // a name for the fault mix [mixed]
-	Faults   []string      // kinds to draw from [AllFaults]
+	Scenario string   // a name for the fault mix [mixed]
+	Faults   []string // kinds to draw from [AllFaults]; empty, not nil: none
+
 	Duration time.Duration // of faults [20 s]
 	// RecoverWithin bounds the wait, after every fault is healed, for
 	// every target to serve again [60 s].
@@ -130,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	if cfg.Scenario == "" {
 		cfg.Scenario = "mixed"
 	}
-	if len(cfg.Faults) == 0 {
+	if cfg.Faults == nil {
 		cfg.Faults = AllFaults
 	}
 	if cfg.Duration <= 0 {
@@ -276,7 +277,14 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 	} else {
 		event("phase", "", "every target serving after %v", rep.RecoverTime.Round(time.Millisecond))
 	}
-	fctx, fcancel := context.WithTimeout(ctx, 3*time.Minute)
+	// The final reads: every key read three times (on different
+	// replicas), each tried up to three times, within a minute; when the
+	// cluster did not recover, what can still be read, within 20 s.
+	budget := time.Minute
+	if !rep.Recovered {
+		budget = 20 * time.Second
+	}
+	fctx, fcancel := context.WithTimeout(ctx, budget)
 	missing := w.FinalReads(fctx, 3, 3)
 	fcancel()
 	event("phase", "", "final reads done (%d keys unread)", missing)

@@ -241,14 +241,18 @@ func (w *Workload) Run(ctx context.Context) {
 }
 
 // FinalReads reads every key reads times (reads rotate over a chain's
-// replicas), each read tried up to tries times; the reads that return
-// are the final phase. It returns how many keys had no read return.
+// replicas), each read tried up to tries times, until ctx ends; the reads
+// that return are the final phase. It returns how many keys had no read
+// return.
 func (w *Workload) FinalReads(ctx context.Context, reads, tries int) int {
 	missing := 0
 	for _, k := range w.Keys {
 		got := 0
 		for range reads {
 			for range tries {
+				if ctx.Err() != nil {
+					break
+				}
 				ci := rand.IntN(len(w.clients))
 				if op := w.read(ctx, w.clients[ci], w.files[ci][k.File], k, 0, "final"); op.Status != StatusFail {
 					got++
