@@ -98,7 +98,13 @@ func TestNemesis(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), duration+8*time.Minute)
+			// Run must end before `go test -timeout` does: a test killed by
+			// its timeout runs no cleanup.
+			deadline := time.Now().Add(duration + 8*time.Minute)
+			if d, ok := t.Deadline(); ok && d.Add(-time.Minute).Before(deadline) {
+				deadline = d.Add(-time.Minute)
+			}
+			ctx, cancel := context.WithDeadline(context.Background(), deadline)
 			defer cancel()
 			logf, err := os.Create(filepath.Join(dir, "nemesis.log"))
 			if err != nil {

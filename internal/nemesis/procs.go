@@ -116,6 +116,12 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.Close()
 		return nil, err
 	}
+	if err := os.WriteFile(filepath.Join(cfg.Dir, ownerFile), []byte(fmt.Sprintln(os.Getpid())), 0o644); err != nil {
+		return fail(fmt.Errorf("start cluster: %w", err))
+	}
+	if err := removeStaleMounts(); err != nil {
+		cfg.Logger.Warn("nemesis: stale tmpfs mounts of earlier runs", "err", err)
+	}
 	c.Token = fmt.Sprintf("nemesis-%016x%016x", rand.Uint64(), rand.Uint64())
 	tokenFile := filepath.Join(cfg.Dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(c.Token+"\n"), 0o600); err != nil {
