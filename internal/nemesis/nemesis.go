@@ -277,11 +277,14 @@ func NewNemesis(kind string, env *Env) (Nemesis, error) {
 	return nil, fmt.Errorf("no fault kind %q (kinds: %v)", kind, AllFaults)
 }
 
-// weights is how often each kind is drawn, relative to the others.
-var weights = map[string]int{KillShort: 3, KillLong: 2, KillChain: 1, Pause: 2, MetaLeader: 1, Partition: 2, DiskFull: 1}
+// cards is how many times each kind is in the deck the scheduler draws
+// from: every kind comes up once a round (kill-short twice), in an order
+// drawn by seed, so that even a short run sees every kind.
+var cards = map[string]int{KillShort: 2, KillLong: 1, KillChain: 1, Pause: 1, MetaLeader: 1, Partition: 1, DiskFull: 1}
 
-// Schedule runs nemeses for d: every 0.5-2.5 s it draws a kind (by
-// weight) and injects it, and heals each fault when its time comes;
+// Schedule runs nemeses for d: every 0.5-2.5 s it draws the next kind
+// from a deck shuffled by rng (a kind that cannot run now goes back to
+// the deck's end) and injects it, and heals each fault when its time comes;
 // when d is over (or ctx ends) it heals every fault still active. Every
 // injection, heal and error goes into h. It returns the count of faults
 // injected by kind.
@@ -297,12 +300,17 @@ func Schedule(ctx context.Context, rng *rand.Rand, nemeses []Nemesis, d time.Dur
 		}
 		h.Event("heal", f.Kind(), "%s", f)
 	}
-	total := 0
-	for _, n := range nemeses {
-		total += weights[n.Kind()]
+	var deck []Nemesis
+	deal := func() {
+		for _, n := range nemeses {
+			for range max(1, cards[n.Kind()]) {
+				deck = append(deck, n)
+			}
+		}
+		rng.Shuffle(len(deck), func(i, j int) { deck[i], deck[j] = deck[j], deck[i] })
 	}
 	end := time.Now().Add(d)
-	if total == 0 { // no faults: the workload alone, for as long
+	if len(nemeses) == 0 { // no faults: the workload alone, for as long
 		select {
 		case <-time.After(d):
 		case <-ctx.Done():
@@ -310,7 +318,7 @@ func Schedule(ctx context.Context, rng *rand.Rand, nemeses []Nemesis, d time.Dur
 		return counts
 	}
 	next := time.Now().Add(between(rng, 500*time.Millisecond, 2500*time.Millisecond))
-	for total > 0 && time.Now().Before(end) && ctx.Err() == nil {
+	for time.Now().Before(end) && ctx.Err() == nil {
 		wake := next
 		for _, f := range active {
 			if f.HealAt().Before(wake) {
@@ -334,17 +342,15 @@ func Schedule(ctx context.Context, rng *rand.Rand, nemeses []Nemesis, d time.Dur
 			continue
 		}
 		next = now.Add(between(rng, 500*time.Millisecond, 2500*time.Millisecond))
-		w := rng.IntN(total)
-		var n Nemesis
-		for _, c := range nemeses {
-			if w -= weights[c.Kind()]; w < 0 {
-				n = c
-				break
-			}
+		if len(deck) == 0 {
+			deal()
 		}
+		n := deck[0]
+		deck = deck[1:]
 		f, err := n.Inject(ctx, rng)
 		switch {
 		case errors.Is(err, ErrBusy):
+			deck = append(deck, n)
 			continue
 		case err != nil:
 			h.Event("inject-error", n.Kind(), "%v", err)
