@@ -70,8 +70,9 @@ func newCluster(t *testing.T, replicas int) *cluster {
 }
 
 // synced is mgmtd's part when a target has caught up: it serves again.
-func (c *cluster) synced(chain ChainID, target TargetID) {
+func (c *cluster) synced(chain ChainID, target TargetID, chainVer uint64) error {
 	c.routing.Update(func(r *Routing) { r.SetServing(chain, target) })
+	return nil
 }
 
 // rejoin brings an offline target back at its chain's end, syncing.
