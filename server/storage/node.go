@@ -349,6 +349,9 @@ func (n *Node) settlePending(ctx context.Context, chain Chain, self TargetID, e 
 	if p == nil {
 		return nil
 	}
+	if int(p.Length) > n.cfg.BufferSize {
+		return fmt.Errorf("settle pending version %d of %d bytes: %w", p.Ver, p.Length, ErrTooLarge)
+	}
 	slot, buf, err := n.buffer(ctx)
 	if err != nil {
 		return err
