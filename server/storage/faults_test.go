@@ -318,3 +318,35 @@ func TestFullTargetFailsFast(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestResyncClearsStalePending: a target left with a pending version that
+// the chain never committed (it was restarted mid-update) is resynced; the
+// resync must replace it, or that version would surface later, when the
+// target is the chain's tail and settles what it finds pending.
+func TestResyncClearsStalePending(t *testing.T) {
+	c := newCluster(t, 3)
+	cl := c.client("client")
+	ctx := ctxT(t, 20*time.Second)
+	chunk := ChunkID{Inode: 8}
+	if _, err := cl.write(ctx, chunk, 0, []byte("committed"), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.engines[2].Prepare(chunk, 2, 0, []byte("abandoned"), true, 1); err != nil {
+		t.Fatal(err)
+	}
+	c.routing.SetOffline(3)
+	c.rejoin(3)
+	deadline := time.Now().Add(20 * time.Second)
+	for c.routing.Routing().Chains[testChain].State(3) != Serving {
+		if time.Now().After(deadline) {
+			t.Fatal("target 3 never synced")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.routing.SetOffline(1)
+	c.routing.SetOffline(2)
+	got, ver, err := cl.read(ctx, chunk, 0, 20)
+	if err != nil || string(got) != "committed" || ver != 1 {
+		t.Fatalf("read %q at version %d (%v); want the committed write", got, ver, err)
+	}
+}

@@ -202,7 +202,7 @@ func (n *Node) syncChunk(ctx context.Context, chainID ChainID, self, succ Target
 		return nil
 	case mine == nil:
 		req.Remove = true
-	case theirs != nil && theirs.Ver == mine.Ver && theirs.Crc == mine.Crc:
+	case theirs != nil && theirs.Ver == mine.Ver && theirs.Crc == mine.Crc && !theirs.Pending:
 		return nil
 	default:
 		slot, buf, err := n.buffer(ctx)
@@ -248,7 +248,8 @@ func (n *Node) syncList(ctx context.Context, peer fabric.NodeID, req *storagepb.
 			reply.More = true
 			return false
 		}
-		reply.Entries = append(reply.Entries, &storagepb.SyncEntry{Chunk: id.Proto(), Ver: m.GetCommitted().GetVer(), Crc: m.GetCommitted().GetCrc()})
+		reply.Entries = append(reply.Entries, &storagepb.SyncEntry{Chunk: id.Proto(), Ver: m.GetCommitted().GetVer(), Crc: m.GetCommitted().GetCrc(),
+			Pending: m.Pending != nil})
 		return true
 	})
 	return reply, err
