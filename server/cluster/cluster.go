@@ -153,7 +153,7 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	unary, stream := rpc.TokenAuth(cfg.Token)
 	c.gs = grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
 	metaSvc := meta.NewService(c.replica)
-	metaSvc.ReportSpace(det.Space)
+	metaSvc.ReportSpace(det.TargetSpace)
 	metapb.RegisterMetaServer(c.gs, metaSvc)
 	mgmtdpb.RegisterMgmtdServer(c.gs, mgmtd.NewService(c.replica, det))
 	ln, err := net.Listen("tcp", cfg.Listen)
