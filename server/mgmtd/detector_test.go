@@ -92,35 +92,6 @@ func TestDetector(t *testing.T) {
 	}
 }
 
-// TestDetectorSpace: the space a node reports is added up over targets
-// whose lease is current; a report for a target the heartbeat does not
-// name, or with more free than total, is ignored.
-func TestDetectorSpace(t *testing.T) {
-	r := soloReplica(t, &metapb.Layout{ChunkSize: 1 << 20, Stripe: 1})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	const lease = 300 * time.Millisecond
-	d := mgmtd.NewDetector(r, lease, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	sp := func(target uint32, total, free uint64) *mgmtdpb.TargetSpace {
-		return &mgmtdpb.TargetSpace{Target: target, TotalBytes: total, FreeBytes: free}
-	}
-	if _, err := d.Heartbeat(ctx, []uint32{1, 2}, []*mgmtdpb.TargetSpace{sp(1, 100, 40), sp(2, 200, 50), sp(3, 1000, 1000)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := d.Heartbeat(ctx, []uint32{4}, []*mgmtdpb.TargetSpace{sp(4, 10, 20)}); err != nil {
-		t.Fatal(err)
-	}
-	if total, free, n := d.Space(); total != 300 || free != 90 || n != 2 {
-		t.Fatalf("space: %d total, %d free, %d targets; want 300, 90, 2", total, free, n)
-	}
-	time.Sleep(lease / 2)
-	d.Heartbeat(ctx, []uint32{2}, []*mgmtdpb.TargetSpace{sp(2, 200, 30)})
-	time.Sleep(lease/2 + 50*time.Millisecond)
-	if total, free, n := d.Space(); total != 200 || free != 30 || n != 1 {
-		t.Fatalf("after target 1's lease lapsed: %d total, %d free, %d targets; want 200, 30, 1", total, free, n)
-	}
-}
-
 // TestDetectorFullAndLease: a heartbeat reporting less than FullBelow free
 // marks the target full in the map, and twice as much clears it; each
 // heartbeat answers with the map's version after those changes.
