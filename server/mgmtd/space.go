@@ -9,8 +9,9 @@ import (
 )
 
 // TargetSpace returns each target's disk as its last heartbeat reported
-// it, by target id, for the targets whose lease is current: a target that stopped heartbeating is left out rather than shown
-// with figures from before it went quiet. The values are copies.
+// it, by target id, for the targets whose lease is current: a target that
+// stopped heartbeating is left out rather than shown with figures from
+// before it went quiet. The values are copies.
 func (d *Detector) TargetSpace() map[uint32]*mgmtdpb.TargetSpace {
 	now := time.Now()
 	d.mu.Lock()
