@@ -51,8 +51,8 @@
 //     have. Its commit, once the successor has committed, is a synced
 //     record: the node's own commit survives it.
 //   - A resync's full-chunk replacement (Replace): data and trailer synced,
-//     a synced record, then the chunk's other file removed, durably (it may
-//     hold a higher version a settle would otherwise take). Remove syncs
+//     the chunk's other file removed, durably (it may hold a higher version
+//     a settle would otherwise take), then a synced record. Remove syncs
 //     the directory after deleting the files, and a chunk's first version
 //     removes a file left in its other slot, for the same reason.
 //

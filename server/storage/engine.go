@@ -608,21 +608,22 @@ func (e *Engine) Replace(id ChunkID, chain uint32, ver uint64, data []byte, tags
 	if err == nil {
 		err = w.sync()
 	}
-	if err == nil {
-		err = e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer, Chain: chain, Applied: tags}, true)
-	}
 	if err != nil {
 		return err
 	}
 	// The other file may hold a higher version (a resync can go back), whose
-	// trailer a later settle would take: it goes, durably.
+	// trailer a later settle would take: it goes, durably, before the
+	// record names the new version, so no crash leaves the two together.
+	// (A crash in between leaves a record naming a removed file: reads of
+	// it fail, as a syncing target's are not served, and the target comes
+	// back syncing and gets the chunk again.)
 	if err := e.dropFile(id, 1-v.Slot); err != nil {
 		return err
 	}
 	if err := e.fs.SyncDir(e.chunks); err != nil {
 		return diskError(id, err)
 	}
-	return nil
+	return e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer, Chain: chain, Applied: tags}, true)
 }
 
 // newVersion describes uncompressed content as version ver.
@@ -698,6 +699,24 @@ func (e *Engine) Applied(id ChunkID, client, seq uint64) (uint64, bool, error) {
 		}
 	}
 	return 0, false, nil
+}
+
+// Abort drops pending version ver of the chunk: a pending version that
+// can no longer be read back whole (torn by a power loss before its sync)
+// is given up rather than left to stop every later update.
+func (e *Engine) Abort(id ChunkID, ver uint64) error {
+	mu := e.lock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	m, err := e.metaForUpdate(id)
+	if err != nil {
+		return err
+	}
+	if m.GetPending().GetVer() != ver {
+		return nil
+	}
+	m.Pending = nil
+	return e.putMeta(id, m, false)
 }
 
 // content returns all of version v's bytes, checked (nil v: none).

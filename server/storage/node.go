@@ -358,6 +358,12 @@ func (n *Node) settlePending(ctx context.Context, chain Chain, self TargetID, e 
 	}
 	defer func() { n.free <- slot }()
 	got, _, err := e.ReadVersion(id, p.Ver, 0, buf[:p.Length])
+	if errors.Is(err, ErrChecksum) {
+		// Torn (a power loss before its sync): it was never acknowledged,
+		// and what it held is gone here; better given up than committed.
+		n.log.Error("pending version unreadable; dropped", "chunk", id, "version", p.Ver, "target", self, "err", err)
+		return e.Abort(id, p.Ver)
+	}
 	if err != nil {
 		return fmt.Errorf("settle pending version %d: %w", p.Ver, err)
 	}
