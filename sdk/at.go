@@ -13,7 +13,9 @@ import (
 // directory inode at, or with at == 0 an absolute path; an empty p with at
 // set names inode at itself. The FUSE adapter uses them, since the kernel
 // names everything by (directory inode, name); the path calls are the same
-// calls with at == 0.
+// calls with at == 0. Every call checks its paths first (checkPath, in
+// path.go): a path that is not absolute where it must be, or that holds an
+// empty, "." or ".." name, is refused with fs.ErrInvalid and never sent.
 
 // Owner is the owner and permission bits a new inode gets.
 type Owner struct {
@@ -31,6 +33,9 @@ func where(at uint64, p string) string {
 
 // StatAt returns the inode (at, p) names.
 func (c *Client) StatAt(ctx context.Context, at uint64, p string) (*metapb.Inode, error) {
+	if err := checkPath("stat", at, p); err != nil {
+		return nil, err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Stat(cctx, &metapb.PathRequest{At: at, Path: p})
@@ -41,6 +46,9 @@ func (c *Client) StatAt(ctx context.Context, at uint64, p string) (*metapb.Inode
 // after, each with its inode (nil for one removed meanwhile), and whether
 // there are more.
 func (c *Client) ListAt(ctx context.Context, at uint64, p, after string, limit int) ([]*metapb.DirEntry, []*metapb.Inode, bool, error) {
+	if err := checkPath("readdir", at, p); err != nil {
+		return nil, nil, false, err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	r, err := c.meta.List(cctx, &metapb.ListRequest{At: at, Path: p, After: after, Limit: uint32(limit), WithInodes: true})
@@ -52,6 +60,9 @@ func (c *Client) ListAt(ctx context.Context, at uint64, p, after string, limit i
 
 // MkdirAt makes a directory.
 func (c *Client) MkdirAt(ctx context.Context, at uint64, p string, o Owner) (*metapb.Inode, error) {
+	if err := checkPath("mkdir", at, p); err != nil {
+		return nil, err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Mkdir(cctx, &metapb.MakeRequest{At: at, Path: p, Mode: o.Mode, Uid: o.UID, Gid: o.GID, Client: c.id, Seq: c.next()})
@@ -60,6 +71,9 @@ func (c *Client) MkdirAt(ctx context.Context, at uint64, p string, o Owner) (*me
 
 // CreateAt makes an empty file (it does not open it).
 func (c *Client) CreateAt(ctx context.Context, at uint64, p string, o Owner) (*metapb.Inode, error) {
+	if err := checkPath("create", at, p); err != nil {
+		return nil, err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Create(cctx, &metapb.MakeRequest{At: at, Path: p, Mode: o.Mode, Uid: o.UID, Gid: o.GID, Client: c.id, Seq: c.next()})
@@ -68,6 +82,9 @@ func (c *Client) CreateAt(ctx context.Context, at uint64, p string, o Owner) (*m
 
 // SymlinkAt makes (at, p) a symbolic link to target.
 func (c *Client) SymlinkAt(ctx context.Context, at uint64, p, target string, o Owner) (*metapb.Inode, error) {
+	if err := checkPath("symlink", at, p); err != nil {
+		return nil, err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Symlink(cctx, &metapb.SymlinkRequest{At: at, Path: p, Target: target, Uid: o.UID, Gid: o.GID, Client: c.id, Seq: c.next()})
@@ -77,6 +94,9 @@ func (c *Client) SymlinkAt(ctx context.Context, at uint64, p, target string, o O
 // UnlinkAt removes a name that is not a directory's; a file's chunks go
 // (through the collector) when its last name does and no writer holds it.
 func (c *Client) UnlinkAt(ctx context.Context, at uint64, p string) error {
+	if err := checkPath("unlink", at, p); err != nil {
+		return err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	_, err := c.meta.Unlink(cctx, &metapb.PathRequest{At: at, Path: p, Client: c.id, Seq: c.next()})
@@ -85,6 +105,9 @@ func (c *Client) UnlinkAt(ctx context.Context, at uint64, p string) error {
 
 // RmdirAt removes an empty directory.
 func (c *Client) RmdirAt(ctx context.Context, at uint64, p string) error {
+	if err := checkPath("rmdir", at, p); err != nil {
+		return err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	_, err := c.meta.Rmdir(cctx, &metapb.PathRequest{At: at, Path: p, Client: c.id, Seq: c.next()})
@@ -104,6 +127,12 @@ func (c *Client) RenameNoReplaceAt(ctx context.Context, fromAt uint64, from stri
 }
 
 func (c *Client) rename(ctx context.Context, req *metapb.RenameRequest) error {
+	if err := checkPath("rename", req.FromAt, req.From); err != nil {
+		return err
+	}
+	if err := checkPath("rename", req.ToAt, req.To); err != nil {
+		return err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	req.Client, req.Seq = c.id, c.next()
@@ -114,6 +143,12 @@ func (c *Client) rename(ctx context.Context, req *metapb.RenameRequest) error {
 
 // LinkAt gives the file (at, p) the new name (newAt, newP).
 func (c *Client) LinkAt(ctx context.Context, at uint64, p string, newAt uint64, newP string) (*metapb.Inode, error) {
+	if err := checkPath("link", at, p); err != nil {
+		return nil, err
+	}
+	if err := checkPath("link", newAt, newP); err != nil {
+		return nil, err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Link(cctx, &metapb.LinkRequest{At: at, Path: p, NewAt: newAt, NewPath: newP, Client: c.id, Seq: c.next()})
@@ -122,6 +157,9 @@ func (c *Client) LinkAt(ctx context.Context, at uint64, p string, newAt uint64, 
 
 // OpenAt opens the file (at, p), for writing too when write is set.
 func (c *Client) OpenAt(ctx context.Context, at uint64, p string, write bool) (*File, error) {
+	if err := checkPath("open", at, p); err != nil {
+		return nil, err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	r, err := c.meta.Open(cctx, &metapb.OpenRequest{At: at, Path: p, Write: write, Client: c.id, Seq: c.next()})

@@ -34,6 +34,9 @@ type SetAttr struct {
 // SetattrAt changes the attributes of (at, p) that s sets. A new size goes
 // through File.Truncate, so storage drops what lies past it.
 func (c *Client) SetattrAt(ctx context.Context, at uint64, p string, s SetAttr) (*metapb.Inode, error) {
+	if err := checkPath("setattr", at, p); err != nil {
+		return nil, err
+	}
 	if s.Size != nil {
 		f, err := c.OpenAt(ctx, at, p, false)
 		if err != nil {
@@ -99,6 +102,9 @@ func (c *Client) Link(ctx context.Context, p, newP string) error {
 
 // Readlink returns the target of symbolic link p.
 func (c *Client) Readlink(ctx context.Context, p string) (string, error) {
+	if err := checkPath("readlink", 0, p); err != nil {
+		return "", err
+	}
 	in, err := c.Stat(ctx, p)
 	if err != nil {
 		return "", err
@@ -111,13 +117,18 @@ func (c *Client) Readlink(ctx context.Context, p string) (string, error) {
 
 // Usage is what the namespace holds and what storage can hold.
 type Usage struct {
-	Inodes, Files uint64
-	Bytes         uint64 // the files' lengths, added up
+	Inodes uint64 `json:"inodes"`
+	Files  uint64 `json:"files"`
+	Bytes  uint64 `json:"bytes"` // the files' lengths, added up
 	// Capacity and Free are the storage targets' disks divided by the
 	// replica count: what files can hold, and what more they can. Zero
 	// when no target has reported yet; Targets is how many have.
-	Capacity, Free uint64
-	Targets        int
+	Capacity uint64 `json:"capacity_bytes"`
+	Free     uint64 `json:"free_bytes"`
+	Targets  int    `json:"targets_reporting"`
+	// TargetSpace is each reporting target's own disk (not divided by
+	// replicas), by target id.
+	TargetSpace []TargetSpace `json:"-"`
 }
 
 // Statfs counts the namespace's inodes, files and bytes.
@@ -128,8 +139,12 @@ func (c *Client) Statfs(ctx context.Context) (Usage, error) {
 	if err != nil {
 		return Usage{}, fsErr("statfs", "/", err)
 	}
-	return Usage{Inodes: r.Inodes, Files: r.Files, Bytes: r.Bytes,
-		Capacity: r.CapacityBytes, Free: r.FreeBytes, Targets: int(r.TargetsReporting)}, nil
+	u := Usage{Inodes: r.Inodes, Files: r.Files, Bytes: r.Bytes,
+		Capacity: r.CapacityBytes, Free: r.FreeBytes, Targets: int(r.TargetsReporting)}
+	for _, sp := range r.TargetSpace {
+		u.TargetSpace = append(u.TargetSpace, TargetSpace{Target: sp.Target, TotalBytes: sp.TotalBytes, FreeBytes: sp.FreeBytes})
+	}
+	return u, nil
 }
 
 // Inode is the file's inode as of opening (its length as this handle

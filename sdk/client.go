@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
@@ -158,6 +159,8 @@ func fsErr(op, p string, err error) error {
 		return fmt.Errorf("%s %s: %w (%w)", op, p, ErrNotExist, cause)
 	case codes.AlreadyExists:
 		return fmt.Errorf("%s %s: %w (%w)", op, p, ErrExist, cause)
+	case codes.InvalidArgument: // as checkPath's refusals are
+		return fmt.Errorf("%s %s: %w (%w)", op, p, fs.ErrInvalid, cause)
 	}
 	return fmt.Errorf("%s %s: %w", op, p, cause)
 }
@@ -175,6 +178,9 @@ func (c *Client) Stat(ctx context.Context, p string) (*metapb.Inode, error) {
 
 // ReadDir lists a directory.
 func (c *Client) ReadDir(ctx context.Context, p string) ([]*metapb.DirEntry, error) {
+	if err := checkPath("readdir", 0, p); err != nil {
+		return nil, err
+	}
 	cctx, done := c.call(ctx)
 	defer done()
 	var out []*metapb.DirEntry
@@ -194,6 +200,9 @@ func (c *Client) ReadDir(ctx context.Context, p string) ([]*metapb.DirEntry, err
 
 // Remove removes a file or an empty directory.
 func (c *Client) Remove(ctx context.Context, p string) error {
+	if err := checkPath("remove", 0, p); err != nil {
+		return err
+	}
 	in, err := c.Stat(ctx, p)
 	if err != nil {
 		return err
@@ -222,6 +231,9 @@ func (c *Client) Symlink(ctx context.Context, target, p string) error {
 
 // Create makes an empty file and opens it for writing.
 func (c *Client) Create(ctx context.Context, p string) (*File, error) {
+	if err := checkPath("create", 0, p); err != nil {
+		return nil, err
+	}
 	cctx, done := c.call(ctx)
 	_, err := c.meta.Create(cctx, &metapb.MakeRequest{Path: p, Mode: 0o644, Client: c.id, Seq: c.next()})
 	done()
@@ -288,29 +300,6 @@ func (c *Client) closeSession(ctx context.Context, f *File, size uint64, keep bo
 	defer done()
 	_, err := c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Size: &size, KeepOpen: keep, Client: c.id, Seq: c.next()})
 	return fsErr("close", f.name, err)
-}
-
-// Status writes the cluster's state: the metadata group, then every
-// target and chain.
-func (c *Client) Status(ctx context.Context, w io.Writer) error {
-	cctx, done := c.call(ctx)
-	defer done()
-	st, err := c.meta.Status(cctx, &metapb.StatusRequest{})
-	if err != nil {
-		return fsErr("status", "", err)
-	}
-	fmt.Fprintf(w, "metadata: leader %s, %s, applied %d, %d inodes, members %v\n", st.Leader, st.State, st.AppliedIndex, st.Inodes, st.Members)
-	if u, err := c.Statfs(ctx); err == nil {
-		fmt.Fprintf(w, "space: %s of %s free for files, %s in files (%d targets reporting)\n", bytesIEC(u.Free), bytesIEC(u.Capacity), bytesIEC(u.Bytes), u.Targets)
-	}
-	r := c.routing.Routing()
-	for id, t := range r.Targets {
-		fmt.Fprintf(w, "target %d: %v at %s\n", id, t.State, t.Node)
-	}
-	for id, ch := range r.Chains {
-		fmt.Fprintf(w, "chain %d v%d: %v\n", id, ch.Version, ch.Targets)
-	}
-	return nil
 }
 
 // bytesIEC formats n bytes with a binary unit (GiB, TiB).

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -80,16 +81,27 @@ func newFileCmds() []*cobra.Command {
 		_, err = io.Copy(out, io.NewSectionReader(f, 0, f.Size()))
 		return err
 	})
-	status := &cobra.Command{Use: "status", Short: "Show the cluster: metadata group, nodes, targets, chains", Args: cobra.NoArgs,
+	var asJSON bool
+	status := &cobra.Command{Use: "status", Short: "Show the cluster: metadata group, space, every target (state, chains, full, disk) and chain", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := cf.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			return c.Status(cmd.Context(), cmd.OutOrStdout())
+			if !asJSON {
+				return c.Status(cmd.Context(), cmd.OutOrStdout())
+			}
+			st, err := c.ClusterStatus(cmd.Context())
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(st)
 		}}
 	cf.add(status)
+	status.Flags().BoolVar(&asJSON, "json", false, "print the status as JSON (sdk.ClusterStatus), byte counts unrounded")
 	return []*cobra.Command{ls, mkdir, rm, cat, status, newCpCmd()}
 }
 

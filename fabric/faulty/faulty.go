@@ -46,6 +46,11 @@ const (
 	Duplicate
 	// Fail fails the operation at once with Rule.Err without sending it.
 	Fail
+	// Detach delivers the request as a network that already sent it does:
+	// the peer works on it to the end even if the caller gives up first
+	// (over TCP a handler's context is not its caller's), while the caller
+	// returns when its context ends. With Rule.Delay it arrives that late.
+	Detach
 )
 
 // Rule selects operations and says what to do with them. Empty From/To
@@ -218,6 +223,18 @@ func (ep *endpoint) apply(ctx context.Context, node fabric.NodeID, kind Kind, me
 		err := op(ctx)
 		op(ctx)
 		return err
+	case Detach:
+		done := make(chan error, 1)
+		go func() {
+			time.Sleep(delay)
+			done <- op(context.WithoutCancel(ctx))
+		}()
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("faulty: request to %s detached: %w", node, ctx.Err())
+		}
 	case Fail:
 		if r.Err != nil {
 			return r.Err

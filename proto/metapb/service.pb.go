@@ -1323,8 +1323,11 @@ type StatfsReply struct {
 	CapacityBytes    uint64 `protobuf:"varint,4,opt,name=capacity_bytes,json=capacityBytes,proto3" json:"capacity_bytes,omitempty"`
 	FreeBytes        uint64 `protobuf:"varint,5,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
 	TargetsReporting uint32 `protobuf:"varint,6,opt,name=targets_reporting,json=targetsReporting,proto3" json:"targets_reporting,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Each reporting target's own disk (not divided by replicas), in target
+	// order: the ones whose heartbeats are current on this replica.
+	TargetSpace   []*TargetSpace `protobuf:"bytes,7,rep,name=target_space,json=targetSpace,proto3" json:"target_space,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatfsReply) Reset() {
@@ -1395,6 +1398,74 @@ func (x *StatfsReply) GetFreeBytes() uint64 {
 func (x *StatfsReply) GetTargetsReporting() uint32 {
 	if x != nil {
 		return x.TargetsReporting
+	}
+	return 0
+}
+
+func (x *StatfsReply) GetTargetSpace() []*TargetSpace {
+	if x != nil {
+		return x.TargetSpace
+	}
+	return nil
+}
+
+// TargetSpace is a storage target's disk as its last heartbeat reported it.
+type TargetSpace struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Target        uint32                 `protobuf:"varint,1,opt,name=target,proto3" json:"target,omitempty"`
+	TotalBytes    uint64                 `protobuf:"varint,2,opt,name=total_bytes,json=totalBytes,proto3" json:"total_bytes,omitempty"`
+	FreeBytes     uint64                 `protobuf:"varint,3,opt,name=free_bytes,json=freeBytes,proto3" json:"free_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TargetSpace) Reset() {
+	*x = TargetSpace{}
+	mi := &file_meta_v1_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TargetSpace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TargetSpace) ProtoMessage() {}
+
+func (x *TargetSpace) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TargetSpace.ProtoReflect.Descriptor instead.
+func (*TargetSpace) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *TargetSpace) GetTarget() uint32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *TargetSpace) GetTotalBytes() uint64 {
+	if x != nil {
+		return x.TotalBytes
+	}
+	return 0
+}
+
+func (x *TargetSpace) GetFreeBytes() uint64 {
+	if x != nil {
+		return x.FreeBytes
 	}
 	return 0
 }
@@ -1506,7 +1577,7 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x06new_at\x18\x04 \x01(\x04R\x05newAt\x12\x16\n" +
 	"\x06client\x18\x05 \x01(\x04R\x06client\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\"\x0f\n" +
-	"\rStatfsRequest\"\xc4\x01\n" +
+	"\rStatfsRequest\"\x84\x02\n" +
 	"\vStatfsReply\x12\x16\n" +
 	"\x06inodes\x18\x01 \x01(\x04R\x06inodes\x12\x14\n" +
 	"\x05files\x18\x02 \x01(\x04R\x05files\x12\x14\n" +
@@ -1514,7 +1585,14 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x0ecapacity_bytes\x18\x04 \x01(\x04R\rcapacityBytes\x12\x1d\n" +
 	"\n" +
 	"free_bytes\x18\x05 \x01(\x04R\tfreeBytes\x12+\n" +
-	"\x11targets_reporting\x18\x06 \x01(\rR\x10targetsReporting2\x9e\t\n" +
+	"\x11targets_reporting\x18\x06 \x01(\rR\x10targetsReporting\x12>\n" +
+	"\ftarget_space\x18\a \x03(\v2\x1b.sluice.meta.v1.TargetSpaceR\vtargetSpace\"e\n" +
+	"\vTargetSpace\x12\x16\n" +
+	"\x06target\x18\x01 \x01(\rR\x06target\x12\x1f\n" +
+	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
+	"totalBytes\x12\x1d\n" +
+	"\n" +
+	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes2\x9e\t\n" +
 	"\x04Meta\x12:\n" +
 	"\x04Stat\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Inode\x12M\n" +
 	"\tBatchStat\x12 .sluice.meta.v1.BatchStatRequest\x1a\x1e.sluice.meta.v1.BatchStatReply\x12>\n" +
@@ -1547,7 +1625,7 @@ func file_meta_v1_service_proto_rawDescGZIP() []byte {
 	return file_meta_v1_service_proto_rawDescData
 }
 
-var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_meta_v1_service_proto_goTypes = []any{
 	(*MemberRequest)(nil),    // 0: sluice.meta.v1.MemberRequest
 	(*Empty)(nil),            // 1: sluice.meta.v1.Empty
@@ -1569,55 +1647,57 @@ var file_meta_v1_service_proto_goTypes = []any{
 	(*LinkRequest)(nil),      // 17: sluice.meta.v1.LinkRequest
 	(*StatfsRequest)(nil),    // 18: sluice.meta.v1.StatfsRequest
 	(*StatfsReply)(nil),      // 19: sluice.meta.v1.StatfsReply
-	(*Inode)(nil),            // 20: sluice.meta.v1.Inode
-	(*DirEntry)(nil),         // 21: sluice.meta.v1.DirEntry
+	(*TargetSpace)(nil),      // 20: sluice.meta.v1.TargetSpace
+	(*Inode)(nil),            // 21: sluice.meta.v1.Inode
+	(*DirEntry)(nil),         // 22: sluice.meta.v1.DirEntry
 }
 var file_meta_v1_service_proto_depIdxs = []int32{
-	20, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
-	21, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
-	20, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
-	20, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
-	2,  // 4: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
-	3,  // 5: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
-	5,  // 6: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
-	7,  // 7: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
-	7,  // 8: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
-	8,  // 9: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
-	2,  // 10: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
-	2,  // 11: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
-	9,  // 12: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
-	10, // 13: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
-	12, // 14: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
-	14, // 15: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
-	15, // 16: sluice.meta.v1.Meta.KeepOpen:input_type -> sluice.meta.v1.KeepOpenRequest
-	16, // 17: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
-	17, // 18: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
-	18, // 19: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
-	0,  // 20: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
-	0,  // 21: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
-	20, // 22: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
-	4,  // 23: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
-	6,  // 24: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
-	20, // 25: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
-	20, // 26: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
-	20, // 27: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
-	1,  // 28: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
-	1,  // 29: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
-	1,  // 30: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
-	11, // 31: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
-	13, // 32: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
-	1,  // 33: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
-	1,  // 34: sluice.meta.v1.Meta.KeepOpen:output_type -> sluice.meta.v1.Empty
-	20, // 35: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
-	20, // 36: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
-	19, // 37: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
-	1,  // 38: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
-	1,  // 39: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
-	22, // [22:40] is the sub-list for method output_type
-	4,  // [4:22] is the sub-list for method input_type
-	4,  // [4:4] is the sub-list for extension type_name
-	4,  // [4:4] is the sub-list for extension extendee
-	0,  // [0:4] is the sub-list for field type_name
+	21, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
+	22, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
+	21, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
+	21, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
+	20, // 4: sluice.meta.v1.StatfsReply.target_space:type_name -> sluice.meta.v1.TargetSpace
+	2,  // 5: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
+	3,  // 6: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
+	5,  // 7: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
+	7,  // 8: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
+	7,  // 9: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
+	8,  // 10: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
+	2,  // 11: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
+	2,  // 12: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
+	9,  // 13: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
+	10, // 14: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
+	12, // 15: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
+	14, // 16: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
+	15, // 17: sluice.meta.v1.Meta.KeepOpen:input_type -> sluice.meta.v1.KeepOpenRequest
+	16, // 18: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
+	17, // 19: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
+	18, // 20: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
+	0,  // 21: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
+	0,  // 22: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
+	21, // 23: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
+	4,  // 24: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
+	6,  // 25: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
+	21, // 26: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
+	21, // 27: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
+	21, // 28: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
+	1,  // 29: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
+	1,  // 30: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
+	1,  // 31: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
+	11, // 32: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
+	13, // 33: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
+	1,  // 34: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
+	1,  // 35: sluice.meta.v1.Meta.KeepOpen:output_type -> sluice.meta.v1.Empty
+	21, // 36: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
+	21, // 37: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
+	19, // 38: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
+	1,  // 39: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
+	1,  // 40: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
+	23, // [23:41] is the sub-list for method output_type
+	5,  // [5:23] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_service_proto_init() }
@@ -1634,7 +1714,7 @@ func file_meta_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_service_proto_rawDesc), len(file_meta_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

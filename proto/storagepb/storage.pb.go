@@ -1083,10 +1083,14 @@ func (x *SyncListRequest) GetLimit() uint32 {
 }
 
 type SyncEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Chunk         *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
-	Ver           uint64                 `protobuf:"varint,2,opt,name=ver,proto3" json:"ver,omitempty"`
-	Crc           uint32                 `protobuf:"varint,3,opt,name=crc,proto3" json:"crc,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Chunk *ChunkID               `protobuf:"bytes,1,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Ver   uint64                 `protobuf:"varint,2,opt,name=ver,proto3" json:"ver,omitempty"`
+	Crc   uint32                 `protobuf:"varint,3,opt,name=crc,proto3" json:"crc,omitempty"`
+	// pending: the target also holds a pending version (left by an update
+	// that never finished there), which the resync replaces with the
+	// committed one rather than leave for a later settle to take.
+	Pending       bool `protobuf:"varint,4,opt,name=pending,proto3" json:"pending,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1140,6 +1144,13 @@ func (x *SyncEntry) GetCrc() uint32 {
 		return x.Crc
 	}
 	return 0
+}
+
+func (x *SyncEntry) GetPending() bool {
+	if x != nil {
+		return x.Pending
+	}
+	return false
 }
 
 type SyncListReply struct {
@@ -1550,11 +1561,12 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"\tchain_ver\x18\x02 \x01(\x04R\bchainVer\x12\x16\n" +
 	"\x06target\x18\x03 \x01(\rR\x06target\x120\n" +
 	"\x05after\x18\x04 \x01(\v2\x1a.sluice.storage.v1.ChunkIDR\x05after\x12\x14\n" +
-	"\x05limit\x18\x05 \x01(\rR\x05limit\"a\n" +
+	"\x05limit\x18\x05 \x01(\rR\x05limit\"{\n" +
 	"\tSyncEntry\x120\n" +
 	"\x05chunk\x18\x01 \x01(\v2\x1a.sluice.storage.v1.ChunkIDR\x05chunk\x12\x10\n" +
 	"\x03ver\x18\x02 \x01(\x04R\x03ver\x12\x10\n" +
-	"\x03crc\x18\x03 \x01(\rR\x03crc\"[\n" +
+	"\x03crc\x18\x03 \x01(\rR\x03crc\x12\x18\n" +
+	"\apending\x18\x04 \x01(\bR\apending\"[\n" +
 	"\rSyncListReply\x126\n" +
 	"\aentries\x18\x01 \x03(\v2\x1c.sluice.storage.v1.SyncEntryR\aentries\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\"\xcb\x02\n" +

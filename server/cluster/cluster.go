@@ -153,7 +153,7 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	unary, stream := rpc.TokenAuth(cfg.Token)
 	c.gs = grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
 	metaSvc := meta.NewService(c.replica)
-	metaSvc.ReportSpace(det.Space)
+	metaSvc.ReportSpace(det.TargetSpace)
 	metapb.RegisterMetaServer(c.gs, metaSvc)
 	mgmtdpb.RegisterMgmtdServer(c.gs, mgmtd.NewService(c.replica, det))
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -282,8 +282,10 @@ type Storage struct {
 	wg      sync.WaitGroup
 }
 
-// StartStorage starts a storage node: it registers with mgmtd, heartbeats,
-// follows the routing, and serves its targets.
+// StartStorage starts a storage node: it opens its targets, serves its
+// endpoint (answering "unavailable" until it may serve), registers with
+// mgmtd (a restart sends its targets back to be resynced), heartbeats for
+// its lease, follows the routing, and serves its targets.
 func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	if cfg.FabricListen == "" {
 		cfg.FabricListen = "127.0.0.1:0"
@@ -296,6 +298,15 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	fail := func(err error) (*Storage, error) {
 		s.Close()
 		return nil, err
+	}
+	targets := map[storage.TargetID]*storage.Engine{}
+	for _, t := range cfg.Targets {
+		e, err := storage.OpenEngine(storage.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", t)), MaxChunkSize: cfg.ChunkSize})
+		if err != nil {
+			return fail(err)
+		}
+		s.engines = append(s.engines, e)
+		targets[storage.TargetID(t)] = e
 	}
 	tr, err := tcp.New(tcp.Config{Secret: FabricSecret(cfg.Token), Logger: cfg.Logger})
 	if err != nil {
@@ -312,14 +323,34 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 			return fail(err)
 		}
 	}
-	targets := map[storage.TargetID]*storage.Engine{}
-	for _, t := range cfg.Targets {
-		e, err := storage.OpenEngine(storage.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", t)), MaxChunkSize: cfg.ChunkSize})
-		if err != nil {
-			return fail(err)
+	// The node answers from the moment it listens, "unavailable" until it
+	// holds a lease and routes by a map as new as the lease's.
+	routing := &lateRouting{set: make(chan struct{})}
+	var agentp atomic.Pointer[mgmtd.Agent]
+	ready := func() error {
+		a := agentp.Load()
+		if a == nil {
+			return fmt.Errorf("node starting: %w", storage.ErrUnavailable)
 		}
-		s.engines = append(s.engines, e)
-		targets[storage.TargetID(t)] = e
+		until, ver := a.Lease()
+		if time.Now().After(until) {
+			return fmt.Errorf("no lease from mgmtd: %w", storage.ErrUnavailable)
+		}
+		if have := routing.Routing().Version; have < ver {
+			return fmt.Errorf("routing at map version %d, the lease's is %d: %w", have, ver, storage.ErrUnavailable)
+		}
+		return nil
+	}
+	onSynced := func(chain storage.ChainID, target storage.TargetID, chainVer uint64) error {
+		a := agentp.Load()
+		if a == nil {
+			return fmt.Errorf("node starting: %w", storage.ErrUnavailable)
+		}
+		return a.OnSynced(chain, target, chainVer)
+	}
+	if s.node, err = storage.NewNode(storage.NodeConfig{Endpoint: s.ep, Routing: routing, Targets: targets,
+		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: onSynced, Ready: ready}); err != nil {
+		return fail(err)
 	}
 	if s.conn, err = rpc.Dial(cfg.Cluster); err != nil {
 		return fail(err)
@@ -349,6 +380,7 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		}
 		return out
 	}
+	agentp.Store(agent)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -357,11 +389,43 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	if s.routing, err = mgmtd.WatchRouting(actx, mc, cfg.Logger); err != nil {
 		return fail(err)
 	}
-	if s.node, err = storage.NewNode(storage.NodeConfig{Endpoint: s.ep, Routing: s.routing, Targets: targets,
-		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: agent.OnSynced}); err != nil {
-		return fail(err)
-	}
+	routing.use(s.routing)
 	return s, nil
+}
+
+// lateRouting is a storage.RoutingProvider whose source arrives after the
+// node starts serving: empty routing until then.
+type lateRouting struct {
+	mu  sync.Mutex
+	src storage.RoutingProvider
+	set chan struct{} // closed when src is
+}
+
+func (l *lateRouting) use(src storage.RoutingProvider) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.src = src
+	close(l.set)
+}
+
+func (l *lateRouting) source() storage.RoutingProvider {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.src
+}
+
+func (l *lateRouting) Routing() *storage.Routing {
+	if src := l.source(); src != nil {
+		return src.Routing()
+	}
+	return &storage.Routing{}
+}
+
+func (l *lateRouting) Changed() <-chan struct{} {
+	if src := l.source(); src != nil {
+		return src.Changed()
+	}
+	return l.set
 }
 
 // Close stops the node.

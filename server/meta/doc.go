@@ -17,6 +17,9 @@
 //
 // Names are refused (ErrInvalidName) if empty, ".", "..", or if they hold
 // '/' or NUL; longer than 255 bytes is ErrNameTooLong, paths longer than
-// 4096 bytes too. A rename that would move a directory under itself is
-// ErrLoop.
+// 4096 bytes too. A request's path is checked name by name the same way
+// before anything is proposed (Service's where): an empty, "." or ".."
+// name is refused, never resolved, so no path climbs above "/" or the
+// directory inode it is relative to. A rename that would move a directory
+// under itself is ErrLoop.
 package meta

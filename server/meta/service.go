@@ -1,10 +1,12 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/proto/mgmtdpb"
 )
 
 // Service serves the namespace over gRPC (metapb.MetaServer) from a
@@ -25,35 +28,50 @@ import (
 type Service struct {
 	metapb.UnimplementedMetaServer
 	r     *Replica
-	space func() (total, free uint64, targets int)
+	space func() map[uint32]*mgmtdpb.TargetSpace
 }
 
 // NewService serves r.
 func NewService(r *Replica) *Service { return &Service{r: r} }
 
 // ReportSpace has Statfs answer with the storage targets' space as space
-// adds it up (mgmtd.Detector.Space on the same replica).
-func (s *Service) ReportSpace(space func() (total, free uint64, targets int)) { s.space = space }
+// returns it, by target (mgmtd.Detector.TargetSpace on the same replica):
+// each target's disk, and their sum.
+func (s *Service) ReportSpace(space func() map[uint32]*mgmtdpb.TargetSpace) { s.space = space }
 
-// where turns a request's (at, path) into the inode to walk from and a
-// clean path to walk: with at set, path is relative to directory inode at
-// (as in openat(2); empty means at itself), else it is absolute (REST paths
-// arrive without the leading slash).
+// where turns a request's (at, path) into the inode to walk from and the
+// path to walk: with at set, path is relative to directory inode at (as in
+// openat(2); empty means at itself) and must not start with "/"; else it is
+// absolute, the leading "/" optional (REST paths arrive without it). Every
+// name in it must pass CheckName: empty names ("a//b"), "." and ".." are
+// refused, not resolved, so no path climbs above "/" or above at, and a
+// refused path proposes nothing. One trailing "/" is allowed.
 func where(at uint64, p string) (uint64, string, error) {
 	if len(p) > maxPath {
 		return 0, "", fmt.Errorf("%w: path of %d bytes, limit %d", ErrNameTooLong, len(p), maxPath)
 	}
+	rest := p
 	if at == 0 {
-		return RootIno, path.Clean("/" + p), nil
+		rest = strings.TrimPrefix(p, "/")
+	} else if strings.HasPrefix(p, "/") {
+		return 0, "", fmt.Errorf("%w: absolute path %q relative to inode %d", ErrInvalidName, p, at)
 	}
-	clean := path.Clean(p)
-	switch {
-	case clean == ".":
-		return at, "", nil
-	case strings.HasPrefix(clean, "/") || clean == ".." || strings.HasPrefix(clean, "../"):
-		return 0, "", fmt.Errorf("%w: %q relative to inode %d", ErrInvalidName, p, at)
+	rest = strings.TrimSuffix(rest, "/")
+	if rest == "" {
+		if p != "" && p != "/" {
+			return 0, "", fmt.Errorf("%w: path %q holds an empty name", ErrInvalidName, p)
+		}
+	} else {
+		for name := range strings.SplitSeq(rest, "/") {
+			if err := CheckName(name); err != nil {
+				return 0, "", fmt.Errorf("path %q: %w", p, err)
+			}
+		}
 	}
-	return at, clean, nil
+	if at == 0 {
+		return RootIno, "/" + rest, nil
+	}
+	return at, rest, nil
 }
 
 // split is where cut into the parent's path and the last name.
@@ -124,10 +142,11 @@ func (s *Service) BatchStat(ctx context.Context, req *metapb.BatchStatRequest) (
 	reply := &metapb.BatchStatReply{Inodes: make([]*metapb.Inode, len(req.Paths))}
 	err := s.r.Read(ctx, func(ns *Namespace) error {
 		for i, p := range req.Paths {
-			if !strings.HasPrefix(p, "/") {
-				p = "/" + p
+			_, clean, err := where(0, p)
+			if err != nil {
+				return fmt.Errorf("path %d of the batch: %w", i, err)
 			}
-			in, err := ns.Resolve(path.Clean(p))
+			in, err := ns.Resolve(clean)
 			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotDir) {
 				in, err = &metapb.Inode{}, nil
 			}
@@ -192,6 +211,9 @@ func (s *Service) Create(ctx context.Context, req *metapb.MakeRequest) (*metapb.
 }
 
 func (s *Service) Symlink(ctx context.Context, req *metapb.SymlinkRequest) (*metapb.Inode, error) {
+	if strings.IndexByte(req.Target, 0) >= 0 {
+		return nil, toStatus(fmt.Errorf("%w: symlink target %q holds NUL", ErrInvalidName, req.Target))
+	}
 	parent, name, err := s.resolveParent(ctx, req.At, req.Path)
 	if err != nil {
 		return nil, toStatus(err)
@@ -333,7 +355,13 @@ func (s *Service) Statfs(ctx context.Context, req *metapb.StatfsRequest) (*metap
 	})
 	reply := &metapb.StatfsReply{Inodes: u.Inodes, Files: u.Files, Bytes: u.Bytes}
 	if s.space != nil && err == nil {
-		total, free, n := s.space()
+		var total, free uint64
+		targets := s.space()
+		for id, sp := range targets {
+			total, free = total+sp.TotalBytes, free+sp.FreeBytes
+			reply.TargetSpace = append(reply.TargetSpace, &metapb.TargetSpace{Target: id, TotalBytes: sp.TotalBytes, FreeBytes: sp.FreeBytes})
+		}
+		slices.SortFunc(reply.TargetSpace, func(a, b *metapb.TargetSpace) int { return cmp.Compare(a.Target, b.Target) })
 		// Every byte is stored once per replica: count by the longest
 		// chains, so the figure never promises more than fits.
 		replicas := uint64(1)
@@ -342,7 +370,7 @@ func (s *Service) Statfs(ctx context.Context, req *metapb.StatfsRequest) (*metap
 				replicas = max(replicas, uint64(t.Replicas))
 			}
 		}
-		reply.CapacityBytes, reply.FreeBytes, reply.TargetsReporting = total/replicas, free/replicas, uint32(n)
+		reply.CapacityBytes, reply.FreeBytes, reply.TargetsReporting = total/replicas, free/replicas, uint32(len(targets))
 	}
 	return reply, toStatus(err)
 }

@@ -2,7 +2,9 @@ package mgmtd
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/sluicefs/sluice/internal/tick"
@@ -11,8 +13,9 @@ import (
 )
 
 // Agent is a storage node's side of mgmtd: it registers the node and its
-// targets, heartbeats while the node runs, and reports resyncs the node
-// finished (pass OnSynced as storage.NodeConfig.OnSynced).
+// targets, heartbeats while the node runs, holds the lease each heartbeat
+// grants (Lease: what storage.NodeConfig.Ready is built on), and reports
+// resyncs the node finished (pass OnSynced as storage.NodeConfig.OnSynced).
 type Agent struct {
 	client   mgmtdpb.MgmtdClient
 	node     *mgmtdpb.Node
@@ -22,6 +25,14 @@ type Agent struct {
 	ctx      context.Context // carries the token
 	// Space, if set, reports the targets' disks with every heartbeat.
 	Space func() []*mgmtdpb.TargetSpace
+
+	lease *lease // shared by RebindAgent's copies
+}
+
+type lease struct {
+	mu     sync.Mutex
+	until  time.Time
+	mapVer uint64
 }
 
 // NewAgent registers node with targets and returns its agent. ctx carries
@@ -30,7 +41,7 @@ func NewAgent(ctx context.Context, client mgmtdpb.MgmtdClient, node *mgmtdpb.Nod
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &Agent{client: client, node: node, targets: targets, interval: interval, log: log, ctx: ctx}
+	a := &Agent{client: client, node: node, targets: targets, interval: interval, log: log, ctx: ctx, lease: &lease{}}
 	if _, err := client.Register(ctx, &mgmtdpb.RegisterNode{Node: node, Targets: targets}); err != nil {
 		return nil, err
 	}
@@ -59,19 +70,37 @@ func (a *Agent) heartbeat() {
 	if a.Space != nil {
 		req.Space = a.Space()
 	}
-	if _, err := a.client.Heartbeat(hctx, req); err != nil {
+	sent := time.Now()
+	reply, err := a.client.Heartbeat(hctx, req)
+	if err != nil {
 		a.log.Debug("heartbeat failed", "err", err)
+		return
 	}
+	// The lease runs from when the heartbeat was sent: mgmtd counts its
+	// (longer) lease from when it arrived, so the node's ends first.
+	a.lease.mu.Lock()
+	if until := sent.Add(time.Duration(reply.LeaseMs) * time.Millisecond); until.After(a.lease.until) {
+		a.lease.until = until
+	}
+	a.lease.mapVer = max(a.lease.mapVer, reply.MapVersion)
+	a.lease.mu.Unlock()
 }
 
-// OnSynced reports that this node brought target in sync in chain.
-func (a *Agent) OnSynced(chain storage.ChainID, target storage.TargetID) {
-	for i := 0; i < 10; i++ {
-		_, err := a.client.ReportSynced(a.ctx, &mgmtdpb.TargetSynced{Chain: uint32(chain), Target: uint32(target)})
-		if err == nil {
-			return
-		}
-		a.log.Warn("cannot report a finished resync; retrying", "chain", chain, "target", target, "err", err)
-		time.Sleep(100 * time.Millisecond)
+// Lease is how long the node may serve on the heartbeats answered so far,
+// and the map version it must have seen first (0, zero time: none yet).
+func (a *Agent) Lease() (until time.Time, mapVersion uint64) {
+	a.lease.mu.Lock()
+	defer a.lease.mu.Unlock()
+	return a.lease.until, a.lease.mapVer
+}
+
+// OnSynced reports that this node brought target in sync in chain, at the
+// chain's version chainVer.
+func (a *Agent) OnSynced(chain storage.ChainID, target storage.TargetID, chainVer uint64) error {
+	ctx, cancel := context.WithTimeout(a.ctx, 10*a.interval)
+	defer cancel()
+	if _, err := a.client.ReportSynced(ctx, &mgmtdpb.TargetSynced{Chain: uint32(chain), Target: uint32(target), ChainVer: chainVer}); err != nil {
+		return fmt.Errorf("report target %d synced in chain %d: %w", target, chain, err)
 	}
+	return nil
 }

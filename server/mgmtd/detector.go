@@ -127,21 +127,6 @@ func (d *Detector) Heartbeat(ctx context.Context, targets []uint32, space []*mgm
 
 var errNotLeader = errors.New("mgmtd: not the leader")
 
-// Space adds up the disks of the targets whose lease is current, as their
-// last heartbeats reported them: a target that stopped heartbeating holds
-// nothing anyone can write to.
-func (d *Detector) Space() (total, free uint64, targets int) {
-	now := time.Now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for id, sp := range d.space {
-		if now.Sub(d.seen[id]) <= d.lease {
-			total, free, targets = total+sp.TotalBytes, free+sp.FreeBytes, targets+1
-		}
-	}
-	return total, free, targets
-}
-
 // Run checks leases every quarter lease until ctx ends.
 func (d *Detector) Run(ctx context.Context) {
 	tick.Every(ctx, d.lease/4, func() { d.check(ctx) })

@@ -92,31 +92,44 @@ func TestDetector(t *testing.T) {
 	}
 }
 
-// TestDetectorSpace: the space a node reports is added up over targets
-// whose lease is current; a report for a target the heartbeat does not
-// name, or with more free than total, is ignored.
-func TestDetectorSpace(t *testing.T) {
+// TestDetectorFullAndLease: a heartbeat reporting less than FullBelow free
+// marks the target full in the map, and twice as much clears it; each
+// heartbeat answers with the map's version after those changes.
+func TestDetectorFullAndLease(t *testing.T) {
 	r := soloReplica(t, &metapb.Layout{ChunkSize: 1 << 20, Stripe: 1})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	const lease = 300 * time.Millisecond
-	d := mgmtd.NewDetector(r, lease, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	sp := func(target uint32, total, free uint64) *mgmtdpb.TargetSpace {
-		return &mgmtdpb.TargetSpace{Target: target, TotalBytes: total, FreeBytes: free}
-	}
-	if _, err := d.Heartbeat(ctx, []uint32{1, 2}, []*mgmtdpb.TargetSpace{sp(1, 100, 40), sp(2, 200, 50), sp(3, 1000, 1000)}); err != nil {
+	if err := r.ProposeCluster(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_RegisterNode{RegisterNode: &mgmtdpb.RegisterNode{
+		Node: &mgmtdpb.Node{Id: "n1", Address: "127.0.0.1:7401"}, Targets: []uint32{1}}}}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Heartbeat(ctx, []uint32{4}, []*mgmtdpb.TargetSpace{sp(4, 10, 20)}); err != nil {
-		t.Fatal(err)
+	d := mgmtd.NewDetector(r, 3*time.Second, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if g := d.Grant(); g <= 0 || g >= 3*time.Second {
+		t.Fatalf("grant %v: not shorter than the lease", g)
 	}
-	if total, free, n := d.Space(); total != 300 || free != 90 || n != 2 {
-		t.Fatalf("space: %d total, %d free, %d targets; want 300, 90, 2", total, free, n)
+	beat := func(free uint64) (bool, uint64) {
+		t.Helper()
+		ver, err := d.Heartbeat(ctx, []uint32{1}, []*mgmtdpb.TargetSpace{{Target: 1, TotalBytes: 1 << 40, FreeBytes: free}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _ := r.ClusterMap()
+		if ver != m.Version {
+			t.Fatalf("heartbeat answered map version %d, the map is at %d", ver, m.Version)
+		}
+		return m.Targets[0].Full, ver
 	}
-	time.Sleep(lease / 2)
-	d.Heartbeat(ctx, []uint32{2}, []*mgmtdpb.TargetSpace{sp(2, 200, 30)})
-	time.Sleep(lease/2 + 50*time.Millisecond)
-	if total, free, n := d.Space(); total != 200 || free != 30 || n != 1 {
-		t.Fatalf("after target 1's lease lapsed: %d total, %d free, %d targets; want 200, 30, 1", total, free, n)
+	if full, _ := beat(mgmtd.FullBelow / 2); !full {
+		t.Fatal("a target with no room is not marked full")
+	}
+	if full, _ := beat(mgmtd.FullBelow + 1); !full {
+		t.Fatal("a full target was cleared with barely more than the threshold")
+	}
+	full, ver := beat(3 * mgmtd.FullBelow)
+	if full {
+		t.Fatal("a target with room again is still full")
+	}
+	if _, again := beat(3 * mgmtd.FullBelow); again != ver {
+		t.Fatal("a heartbeat with nothing new changed the map")
 	}
 }

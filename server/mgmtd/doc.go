@@ -5,14 +5,26 @@
 // the Detector runs on the group's leader and turns heartbeats, kept as
 // leases in memory, into those commands.
 //
-// Target states and their transitions:
+// A target's state is per chain (Chain.states, parallel to its targets),
+// and the target's own state sums them up: offline while its lease has
+// lapsed, else syncing if it catches up in any chain, else serving.
+// Transitions in one chain (storage.Chain's Leave, Return, Restart, Synced):
 //
-//	from      to        when
-//	serving   offline   its lease lapses: it leaves its chains, their versions go up
-//	syncing   offline   its lease lapses while catching up
-//	offline   syncing   it heartbeats again: it rejoins its chains at the end
-//	syncing   serving   its predecessor in every one of its chains reports it in sync
+//	from      to                    when
+//	serving   (leaves the chain)    its lease lapses, and another replica serves
+//	serving   offline (kept)        its lease lapses, and it is the last serving
+//	                                replica: the chain waits for it (as in 3FS)
+//	syncing   (leaves the chain)    its lease lapses while catching up
+//	offline   serving               a kept replica heartbeats again
+//	(none)    syncing, at the end   an offline target heartbeats again
+//	serving   syncing, at the end   it registers again within its lease (it was
+//	                                restarted), unless it is the only serving one
+//	syncing   serving               its predecessor reports it in sync at the
+//	                                chain's current version
 //
 // Every change bumps the map's version and the version of each chain it
 // touches, so storage nodes refuse requests routed with the old chains.
+// Heartbeats renew a node's lease and report its disks; a target with less
+// than FullBelow free is marked full in the map (writes to its chains fail
+// fast) until it has twice that.
 package mgmtd

@@ -49,7 +49,10 @@ func (c *Client) WriteRegistered(ctx context.Context, chain ChainID, chunk Chunk
 	}
 	var resp storagepb.UpdateReply
 	err := c.retry(ctx, func(ctx context.Context, r *Routing, ch Chain) error {
-		head := ch.Targets[0]
+		head, err := writable(r, ch)
+		if err != nil {
+			return err
+		}
 		req.ChainVer, req.Target = ch.Version, uint32(head)
 		return c.ep.Call(ctx, r.Targets[head].Node, MethodUpdate, req, &resp)
 	}, chain)
@@ -64,6 +67,9 @@ func (c *Client) WriteRegistered(ctx context.Context, chain ChainID, chunk Chunk
 func (c *Client) Remove(ctx context.Context, chain ChainID, chunk ChunkID) error {
 	err := c.retry(ctx, func(ctx context.Context, r *Routing, ch Chain) error {
 		head := ch.Targets[0]
+		if ch.State(head) != Serving {
+			return fmt.Errorf("chain %d: head %d is %v: %w", chain, head, ch.State(head), ErrUnavailable)
+		}
 		req := &storagepb.RemoveRequest{Chain: uint32(chain), ChainVer: ch.Version, Target: uint32(head), Chunk: chunk.Proto()}
 		var resp storagepb.RemoveReply
 		return c.ep.Call(ctx, r.Targets[head].Node, MethodRemove, req, &resp)
@@ -82,12 +88,7 @@ func (c *Client) ReadRegistered(ctx context.Context, chain ChainID, chunk ChunkI
 	rb := mr.Remote(off, len(buf))
 	var res *storagepb.ReadResult
 	err := c.retry(ctx, func(ctx context.Context, r *Routing, ch Chain) error {
-		var serving []TargetID
-		for _, t := range ch.Targets {
-			if r.Targets[t].State == Serving {
-				serving = append(serving, t)
-			}
-		}
+		serving := ch.Serving()
 		if len(serving) == 0 {
 			return fmt.Errorf("chain %d: %w", chain, ErrUnavailable)
 		}
@@ -126,6 +127,23 @@ func (c *Client) ReadRegistered(ctx context.Context, chain ChainID, chunk ChunkI
 		return 0, 0, fmt.Errorf("read chunk %v: bytes received: %w", chunk, ErrChecksum)
 	}
 	return int(res.Length), res.Version, nil
+}
+
+// writable returns the chain's head, if the chain takes writes: its head
+// serves (a chain whose last serving replica is down serves nothing until
+// it returns), and no member's disk is full (then the write fails at once,
+// not after every replica tried).
+func writable(r *Routing, ch Chain) (TargetID, error) {
+	head := ch.Targets[0]
+	if st := ch.State(head); st != Serving {
+		return 0, fmt.Errorf("chain %d: head %d is %v: %w", ch.ID, head, st, ErrUnavailable)
+	}
+	for _, t := range ch.Targets {
+		if r.Targets[t].Full {
+			return 0, finalError{fmt.Errorf("chain %d: target %d on %s is full: %w", ch.ID, t, r.Targets[t].Node, ErrNoSpace)}
+		}
+	}
+	return head, nil
 }
 
 // retry runs attempt against the chain's current routing until it succeeds,
@@ -208,11 +226,7 @@ func (c *Client) ReadBatch(ctx context.Context, reads []BatchRead) error {
 		ch, ok := r.Chains[rd.Chain]
 		srv, seen := serving[rd.Chain]
 		if !seen {
-			for _, t := range ch.Targets {
-				if r.Targets[t].State == Serving {
-					srv = append(srv, t)
-				}
-			}
+			srv = ch.Serving()
 			serving[rd.Chain] = srv
 		}
 		if !ok || len(srv) == 0 {

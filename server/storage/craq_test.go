@@ -41,10 +41,21 @@ type cluster struct {
 const testChain ChainID = 1
 
 func newCluster(t *testing.T, replicas int) *cluster {
+	var members []TargetID
+	for i := 1; i <= replicas; i++ {
+		members = append(members, TargetID(i))
+	}
+	return newChains(t, replicas, map[ChainID][]TargetID{testChain: members})
+}
+
+// newChains is a cluster of nodes targets (one a node) in the given chains.
+func newChains(t *testing.T, nodes int, chains map[ChainID][]TargetID) *cluster {
 	c := &cluster{t: t, net: faulty.New(local.NewNetwork(), 1)}
 	r := &Routing{Version: 1, Chains: map[ChainID]Chain{}, Targets: map[TargetID]Target{}}
-	chain := Chain{ID: testChain, Version: 1}
-	for i := 1; i <= replicas; i++ {
+	for id, members := range chains {
+		r.Chains[id] = Chain{ID: id, Version: 1, Targets: members}
+	}
+	for i := 1; i <= nodes; i++ {
 		ep, err := c.net.Listen(fmt.Sprintf("node-%d", i))
 		if err != nil {
 			t.Fatal(err)
@@ -53,9 +64,7 @@ func newCluster(t *testing.T, replicas int) *cluster {
 		e := openTest(t, EngineConfig{})
 		c.eps, c.engines = append(c.eps, ep), append(c.engines, e)
 		r.Targets[TargetID(i)] = Target{ID: TargetID(i), Node: ep.ID(), State: Serving}
-		chain.Targets = append(chain.Targets, TargetID(i))
 	}
-	r.Chains[testChain] = chain
 	c.routing = NewStaticRouting(r)
 	for i, ep := range c.eps {
 		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[TargetID]*Engine{TargetID(i + 1): c.engines[i]},
@@ -70,8 +79,9 @@ func newCluster(t *testing.T, replicas int) *cluster {
 }
 
 // synced is mgmtd's part when a target has caught up: it serves again.
-func (c *cluster) synced(chain ChainID, target TargetID) {
+func (c *cluster) synced(chain ChainID, target TargetID, chainVer uint64) error {
 	c.routing.Update(func(r *Routing) { r.SetServing(chain, target) })
+	return nil
 }
 
 // rejoin brings an offline target back at its chain's end, syncing.
@@ -103,8 +113,12 @@ func (c *cluster) client(name string) *testClient {
 }
 
 func (tc *testClient) write(ctx context.Context, chunk ChunkID, off uint32, data []byte, full bool) (uint64, error) {
+	return tc.writeIn(ctx, testChain, chunk, off, data, full)
+}
+
+func (tc *testClient) writeIn(ctx context.Context, chain ChainID, chunk ChunkID, off uint32, data []byte, full bool) (uint64, error) {
 	copy(tc.buf, data)
-	return tc.WriteRegistered(ctx, testChain, chunk, off, full, tc.mr, 0, tc.buf[:len(data)])
+	return tc.WriteRegistered(ctx, chain, chunk, off, full, tc.mr, 0, tc.buf[:len(data)])
 }
 
 func (tc *testClient) read(ctx context.Context, chunk ChunkID, off uint32, n int) ([]byte, uint64, error) {

@@ -49,15 +49,50 @@
 //     its record is not synced, and settling never takes it, so a node
 //     never finds itself committed to a version its successors may not
 //     have. Its commit, once the successor has committed, is a synced
-//     record: the node's own commit survives it. A head that finds a
-//     pending version before it numbers the next update (a forward that
-//     failed after the successors committed leaves one) asks the tail, and
-//     commits it if the tail has it, so a number is never given twice.
+//     record: the node's own commit survives it.
 //   - A resync's full-chunk replacement (Replace): data and trailer synced,
-//     a synced record, then the chunk's other file removed, durably (it may
-//     hold a higher version a settle would otherwise take). Remove syncs
+//     the chunk's other file removed, durably (it may hold a higher version
+//     a settle would otherwise take), then a synced record. Remove syncs
 //     the directory after deleting the files, and a chunk's first version
 //     removes a file left in its other slot, for the same reason.
+//
+// # Replication under faults
+//
+// Every update a client makes carries its client id and sequence number
+// down the chain, and every forward carries the CRC of the whole new
+// version as the head made it:
+//   - A number always means the same bytes. A replica whose patch gives
+//     other bytes than the head's (another base) stores nothing and answers
+//     ErrDiverged, and the head sends the whole version instead; a replica
+//     that already committed the number checks the CRC before it calls the
+//     forward a retry.
+//   - A pending version left by an update that did not finish (its forward
+//     failed or its reply was lost, perhaps after the successors committed
+//     it) is settled by sending it down the chain again, whole, and
+//     committing it: by the head before it numbers the next update, by a
+//     serving tail before it answers for the chunk (a read, the head's
+//     query, a resync), since a tail that left may have committed it and
+//     served it. It was never acknowledged, so it may take effect now.
+//   - A client's retry of an update is answered, not applied again: the
+//     record of each chunk keeps the (client, seq) of its last few
+//     committed updates (ChunkMeta.applied), on every replica and across
+//     restarts, and a head finds a retry there (or in memory, while the
+//     first attempt still runs).
+//
+// A node serves only while it holds a lease from mgmtd (NodeConfig.Ready:
+// each heartbeat grants one, shorter than the lease after which mgmtd
+// takes its targets offline) and routes by a map at least as new as the
+// lease's: a node paused or cut off past its lease neither serves stale
+// data nor acknowledges anything until it has heard what changed. A node
+// that is not ready answers ErrUnavailable, which clients retry, as they
+// retry a node that does not know a method yet.
+//
+// A target's state is per chain (Chain.States): serving, syncing, or
+// offline for a chain's last serving replica, kept in the chain while it
+// is down because every acknowledged write is on it (the chain serves
+// nothing until it returns). A chunk's record names its chain, so a resync
+// (sync.go) compares and copies only the chunks of the chain the two
+// targets share.
 //
 // Meta and chunks share the target's directory, and so a file system and a
 // device: a sync of either flushes the device's cache for both.

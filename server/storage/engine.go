@@ -378,6 +378,14 @@ type storeRequest struct {
 	// syncs it, for the caller to run while its successors store. The
 	// caller must run it, successfully, before it commits the version.
 	deferSync bool
+	// chain is the chain the chunk belongs to (0: keep the record's), and
+	// client, seq the client update making the version (see UpdateTag).
+	chain       uint32
+	client, seq uint64
+	// wantVer, if set, is the new version's content CRC as the chain's
+	// head made it: a replica whose result differs (it patched another
+	// base) stores nothing and reports ErrDiverged.
+	wantVer *uint32
 }
 
 // store is Prepare (or PrepareCommit, with r.commit). With r.deferSync it
@@ -415,6 +423,13 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 	v := newVersion(ver, content)
 	if r.want != nil && r.full && v.Crc != *r.want {
 		return nil, nil, fmt.Errorf("chunk %v: data to store: %w", id, ErrChecksum)
+	}
+	if r.wantVer != nil && v.Crc != *r.wantVer {
+		return nil, nil, fmt.Errorf("chunk %v version %d: content CRC %08x here, %08x at the head: %w", id, ver, v.Crc, *r.wantVer, ErrDiverged)
+	}
+	v.Client, v.Seq = r.client, r.seq
+	if r.chain != 0 {
+		m.Chain = r.chain
 	}
 	stored := content
 	if e.cfg.Compress && len(content) > 0 {
@@ -472,7 +487,7 @@ func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Ve
 		}
 		return nil, nil, err
 	}
-	next := &storagepb.ChunkMeta{Committed: v, ChainVer: chainVer}
+	next := &storagepb.ChunkMeta{Committed: v, ChainVer: chainVer, Chain: m.Chain, Applied: applied(m.Applied, v)}
 	if m.GetCommitted() == nil {
 		err = e.putMeta(id, next, true)
 	} else {
@@ -574,8 +589,9 @@ func diskError(id ChunkID, err error) error {
 }
 
 // Replace makes data version ver of the chunk, committed at once, whatever
-// the chunk held: resync's full-chunk replacement from a chain predecessor.
-func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
+// the chunk held: resync's full-chunk replacement from a chain predecessor,
+// with its record of applied updates.
+func (e *Engine) Replace(id ChunkID, chain uint32, ver uint64, data []byte, tags []*storagepb.UpdateTag) error {
 	if len(data) > e.cfg.MaxChunkSize {
 		return fmt.Errorf("chunk %v: %w", id, ErrTooLarge)
 	}
@@ -592,21 +608,22 @@ func (e *Engine) Replace(id ChunkID, ver uint64, data []byte) error {
 	if err == nil {
 		err = w.sync()
 	}
-	if err == nil {
-		err = e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer}, true)
-	}
 	if err != nil {
 		return err
 	}
 	// The other file may hold a higher version (a resync can go back), whose
-	// trailer a later settle would take: it goes, durably.
+	// trailer a later settle would take: it goes, durably, before the
+	// record names the new version, so no crash leaves the two together.
+	// (A crash in between leaves a record naming a removed file: reads of
+	// it fail, as a syncing target's are not served, and the target comes
+	// back syncing and gets the chunk again.)
 	if err := e.dropFile(id, 1-v.Slot); err != nil {
 		return err
 	}
 	if err := e.fs.SyncDir(e.chunks); err != nil {
 		return diskError(id, err)
 	}
-	return nil
+	return e.putMeta(id, &storagepb.ChunkMeta{Committed: v, ChainVer: m.ChainVer, Chain: chain, Applied: tags}, true)
 }
 
 // newVersion describes uncompressed content as version ver.
@@ -644,11 +661,62 @@ func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
 	if p == nil || p.Ver != ver {
 		return nil, fmt.Errorf("chunk %v: commit %d, pending %d: %w", id, ver, p.GetVer(), ErrVersion)
 	}
-	m.Committed, m.Pending = p, nil
+	m.Committed, m.Pending, m.Applied = p, nil, applied(m.Applied, p)
 	if err := e.putMeta(id, m, true); err != nil {
 		return nil, err
 	}
 	return p, nil
+}
+
+// maxApplied is how many client updates a chunk's record remembers: a
+// retry is recognised as long as fewer other updates of the chunk came
+// after it (a retry comes within seconds; the chain takes no other update
+// of the chunk while it is down).
+const maxApplied = 16
+
+// applied is tags with v's update added, if a client made it.
+func applied(tags []*storagepb.UpdateTag, v *storagepb.Version) []*storagepb.UpdateTag {
+	if v.Client == 0 {
+		return tags
+	}
+	tags = append(tags, &storagepb.UpdateTag{Client: v.Client, Seq: v.Seq, Ver: v.Ver})
+	if len(tags) > maxApplied {
+		tags = tags[len(tags)-maxApplied:]
+	}
+	return tags
+}
+
+// Applied finds a client update among those the chunk's committed versions
+// came from, and returns the version it made.
+func (e *Engine) Applied(id ChunkID, client, seq uint64) (uint64, bool, error) {
+	m, err := e.Meta(id)
+	if err != nil {
+		return 0, false, err
+	}
+	for _, t := range m.Applied {
+		if t.Client == client && t.Seq == seq {
+			return t.Ver, true, nil
+		}
+	}
+	return 0, false, nil
+}
+
+// Abort drops pending version ver of the chunk: a pending version that
+// can no longer be read back whole (torn by a power loss before its sync)
+// is given up rather than left to stop every later update.
+func (e *Engine) Abort(id ChunkID, ver uint64) error {
+	mu := e.lock(id)
+	mu.Lock()
+	defer mu.Unlock()
+	m, err := e.metaForUpdate(id)
+	if err != nil {
+		return err
+	}
+	if m.GetPending().GetVer() != ver {
+		return nil
+	}
+	m.Pending = nil
+	return e.putMeta(id, m, false)
 }
 
 // content returns all of version v's bytes, checked (nil v: none).

@@ -308,7 +308,7 @@ func TestEngineSettleTakesOnlyCommitted(t *testing.T) {
 	if _, err := e.PrepareCommit(replaced, 2, 0, []byte("two"), true, 1); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.Replace(replaced, 1, []byte("one again")); err != nil {
+	if err := e.Replace(replaced, 0, 1, []byte("one again"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Remove(removed); err != nil {

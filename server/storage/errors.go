@@ -14,4 +14,7 @@ var (
 	ErrNotFound          = fabric.NewError(fabric.FirstAppCode+7, "storage: no such chunk")
 	ErrNotHead           = fabric.NewError(fabric.FirstAppCode+8, "storage: target is not the chain's head")
 	ErrUnavailable       = fabric.NewError(fabric.FirstAppCode+9, "storage: target not serving")
+	// ErrDiverged: a replica's copy of a version differs from the head's
+	// (same number, other bytes); the head sends the whole chunk instead.
+	ErrDiverged = fabric.NewError(fabric.FirstAppCode+10, "storage: replica diverged from the chain's head")
 )

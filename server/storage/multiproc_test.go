@@ -49,7 +49,10 @@ func nodeChild(cfgJSON string) error {
 	}
 	_, err = NewNode(NodeConfig{Endpoint: ep, Routing: routing, Targets: map[TargetID]*Engine{cfg.Target: e},
 		Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 500 * time.Millisecond, Logger: quiet,
-		OnSynced: func(chain ChainID, target TargetID) { fmt.Printf("synced %d %d\n", chain, target) }})
+		OnSynced: func(chain ChainID, target TargetID, _ uint64) error {
+			fmt.Printf("synced %d %d\n", chain, target)
+			return nil
+		}})
 	if err != nil {
 		return err
 	}

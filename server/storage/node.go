@@ -39,8 +39,16 @@ type NodeConfig struct {
 	// MaxReadBatch bounds the bytes one read request may ask for (default 64 MiB).
 	MaxReadBatch int
 	// OnSynced is called when this node has brought a syncing successor in
-	// sync, so that mgmtd can let it serve (optional; mgmtd plugs in here).
-	OnSynced func(chain ChainID, target TargetID)
+	// sync, against version chainVer of the chain, so that mgmtd can let it
+	// serve (optional; mgmtd plugs in here).
+	// An error (the report was refused or lost) has the resync run again.
+	OnSynced func(chain ChainID, target TargetID, chainVer uint64) error
+	// Ready, if set, says whether the node may serve at all: nil while it
+	// holds a lease from mgmtd and its routing is as new as the lease's,
+	// else an error wrapping ErrUnavailable. A node that was paused or cut
+	// off past its lease thus neither serves nor acknowledges anything
+	// until it has heard from mgmtd again and learned what changed.
+	Ready func() error
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -118,9 +126,15 @@ func (n *Node) Close() error {
 	return n.mr.Deregister()
 }
 
-// route checks a request's chain version against the node's routing and
-// that target is one of this node's targets in the chain.
+// route checks that the node may serve, a request's chain version against
+// the node's routing, and that target is one of this node's targets in the
+// chain, and not one kept there while it was offline.
 func (n *Node) route(chainID uint32, chainVer uint64, target uint32) (Chain, *Engine, error) {
+	if n.cfg.Ready != nil {
+		if err := n.cfg.Ready(); err != nil {
+			return Chain{}, nil, fmt.Errorf("target %d: %w", target, err)
+		}
+	}
 	r := n.routing.Routing()
 	c, ok := r.Chains[ChainID(chainID)]
 	if !ok {
@@ -133,7 +147,18 @@ func (n *Node) route(chainID uint32, chainVer uint64, target uint32) (Chain, *En
 	if _, _, in := c.position(TargetID(target)); !in || e == nil {
 		return Chain{}, nil, fmt.Errorf("target %d not in chain %d v%d here: %w", target, chainID, chainVer, ErrStaleChainVersion)
 	}
+	if c.State(TargetID(target)) == Offline {
+		return Chain{}, nil, fmt.Errorf("target %d is offline in chain %d: %w", target, chainID, ErrUnavailable)
+	}
 	return c, e, nil
+}
+
+// chunkOf is a request's chunk, which it must name.
+func chunkOf(p *storagepb.ChunkID) (ChunkID, error) {
+	if p == nil {
+		return ChunkID{}, fmt.Errorf("%w: no chunk named", fabric.ErrBadRequest)
+	}
+	return ChunkFromProto(p), nil
 }
 
 func (n *Node) buffer(ctx context.Context) (int, []byte, error) {
@@ -173,6 +198,9 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 	if src := req.Src.GetNode(); src != string(peer) {
 		return nil, fmt.Errorf("%w: update from %s pulls from %q", fabric.ErrBadRequest, peer, src)
 	}
+	if _, err := chunkOf(req.Chunk); err != nil {
+		return nil, err
+	}
 	chain, _, err := n.route(req.Chain, req.ChainVer, req.Target)
 	if err != nil {
 		return nil, err
@@ -180,6 +208,9 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 	if req.UpdateVer == 0 {
 		if chain.Targets[0] != TargetID(req.Target) {
 			return nil, fmt.Errorf("chain %d: target %d: %w", req.Chain, req.Target, ErrNotHead)
+		}
+		if st := chain.State(TargetID(req.Target)); st != Serving {
+			return nil, fmt.Errorf("chain %d: head %d is %v: %w", req.Chain, req.Target, st, ErrUnavailable)
 		}
 		// A client's retry of an update already done gets the same answer.
 		return n.seen.do(dedupeKey{req.Client, req.Seq}, func() (*storagepb.UpdateReply, error) {
@@ -198,7 +229,8 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	}
 	defer func() { n.free <- slot }()
 	id := ChunkFromProto(req.Chunk)
-	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
+	self := TargetID(req.Target)
+	unlock := n.chunks.lock(lockKey{self, id})
 	defer unlock()
 	chain, e, err := n.route(req.Chain, req.ChainVer, req.Target)
 	if err != nil {
@@ -206,8 +238,21 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	}
 	ver := req.UpdateVer
 	if ver == 0 {
-		if err := n.settlePending(ctx, chain, TargetID(req.Target), e, id); err != nil {
+		if err := n.settlePending(ctx, chain, self, e, id); err != nil {
 			return nil, fmt.Errorf("update of chunk %v: %w", id, err)
+		}
+		// A client's retry of an update the chain already applied (before
+		// a restart, or at another head) gets its answer, not a second go.
+		if req.Client != 0 {
+			if v, ok, err := e.Applied(id, req.Client, req.Seq); err != nil {
+				return nil, err
+			} else if ok {
+				m, err := e.Meta(id)
+				if err != nil {
+					return nil, err
+				}
+				return &storagepb.UpdateReply{CommitVer: v, ChunkLen: m.GetCommitted().GetLength()}, nil
+			}
 		}
 		m, err := e.Meta(id)
 		if err != nil {
@@ -218,14 +263,27 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	// A tail commits as it stores; others store pending until their
 	// successor has committed, and finish writing the data while the
 	// successors store (see the package doc for what is durable when).
-	_, succ, _ := chain.position(TargetID(req.Target))
-	v, finish, err := e.store(storeRequest{id: id, ver: ver, off: req.Offset, data: data, full: req.FullChunk,
-		chainVer: chain.Version, commit: succ == 0, want: &req.Crc, deferSync: true})
+	_, succ, _ := chain.position(self)
+	sr := storeRequest{id: id, ver: ver, off: req.Offset, data: data, full: req.FullChunk,
+		chainVer: chain.Version, commit: succ == 0, want: &req.Crc, deferSync: true,
+		chain: req.Chain, client: req.Client, seq: req.Seq}
+	if req.UpdateVer != 0 {
+		sr.wantVer = &req.VerCrc
+	}
+	v, finish, err := e.store(sr)
 	if errors.Is(err, ErrVersion) {
-		// Already committed here: a forward retried after it succeeded.
-		if m, merr := e.Meta(id); merr == nil && m.GetCommitted().GetVer() >= ver {
-			return &storagepb.UpdateReply{CommitVer: m.Committed.Ver, ChunkLen: m.Committed.Length}, nil
+		// Already committed here: a forward retried after it succeeded, or
+		// a late copy of one. The same number must mean the same bytes.
+		m, merr := e.Meta(id)
+		if merr != nil {
+			return nil, merr
 		}
+		c := m.GetCommitted()
+		if c.GetVer() > ver || c.GetVer() == ver && c.GetCrc() == req.VerCrc {
+			return &storagepb.UpdateReply{CommitVer: c.Ver, ChunkLen: c.Length}, nil
+		}
+		n.log.Error("chunk version committed here with other bytes than the head's", "chunk", id, "version", ver, "target", self)
+		return nil, fmt.Errorf("chunk %v version %d committed at target %d with CRC %08x, the head's is %08x: %w", id, ver, self, c.GetCrc(), req.VerCrc, ErrDiverged)
 	}
 	if err != nil {
 		return nil, err
@@ -233,10 +291,11 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	fwd := &storagepb.UpdateRequest{
 		Chain: req.Chain, Chunk: req.Chunk, Offset: req.Offset, Length: req.Length, Crc: req.Crc,
 		UpdateVer: ver, FullChunk: req.FullChunk, Src: n.remote(slot, req.Length),
+		Client: req.Client, Seq: req.Seq, VerCrc: v.Crc,
 	}
 	full := func() (*storagepb.UpdateRequest, func(), error) {
-		// A syncing successor may lack the base a patch applies to: it gets
-		// the whole new version.
+		// A syncing successor may lack the base a patch applies to, and a
+		// diverged one has another: they get the whole new version.
 		fslot, fbuf, err := n.buffer(ctx)
 		if err != nil {
 			return nil, nil, err
@@ -249,6 +308,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 		return &storagepb.UpdateRequest{
 			Chain: req.Chain, Chunk: req.Chunk, Length: uint32(got), Crc: CRC(fbuf[:got]),
 			UpdateVer: ver, FullChunk: true, Src: n.remote(fslot, uint32(got)),
+			Client: req.Client, Seq: req.Seq, VerCrc: v.Crc,
 		}, func() { n.free <- fslot }, nil
 	}
 	synced := make(chan error, 1)
@@ -257,7 +317,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	} else {
 		synced <- nil
 	}
-	err = n.forward(ctx, TargetID(req.Target), fwd, full)
+	err = n.forward(ctx, self, fwd, full)
 	if serr := <-synced; err == nil {
 		err = serr
 	}
@@ -270,29 +330,69 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	return &storagepb.UpdateReply{CommitVer: ver, ChunkLen: v.Length}, nil
 }
 
-// settlePending, at a chain's head before it numbers an update, settles a
-// pending version left by an update that did not finish here (its forward
-// failed, or its reply was lost, after the successors may have committed):
-// committed if the tail has it, else left for the update to replace.
-// Without this the head would give the next update the number the chain
-// may have committed already.
+// settlePending finishes a pending version left by an update that did not
+// finish here (its forward failed, or its reply was lost, perhaps after
+// the successors committed it; or this node became its chain's tail while
+// it was in flight): it sends the version down the chain again, whole, and
+// commits it. Called with the chunk's lock held, by a chain's head before
+// it numbers the next update (so that a number is never given to other
+// bytes than a successor may hold under it) and by a node that must answer
+// for the chain's committed version (a tail, a resync's source). The
+// version was never acknowledged, so it may take effect now; a reader may
+// even have seen it already, at a tail that then left the chain.
 func (n *Node) settlePending(ctx context.Context, chain Chain, self TargetID, e *Engine, id ChunkID) error {
 	m, err := e.Meta(id)
 	if err != nil {
 		return err
 	}
 	p := m.GetPending()
-	if p == nil || servingTail(n.routing.Routing(), chain) == self {
-		return nil // nothing pending, or this is the tail: its word is final
+	if p == nil {
+		return nil
 	}
-	tailVer, err := n.queryTail(ctx, chain, id.Proto())
+	if int(p.Length) > n.cfg.BufferSize {
+		return fmt.Errorf("settle pending version %d of %d bytes: %w", p.Ver, p.Length, ErrTooLarge)
+	}
+	slot, buf, err := n.buffer(ctx)
 	if err != nil {
 		return err
 	}
-	if tailVer >= p.Ver {
-		_, err = e.Commit(id, p.Ver)
+	defer func() { n.free <- slot }()
+	got, _, err := e.ReadVersion(id, p.Ver, 0, buf[:p.Length])
+	if errors.Is(err, ErrChecksum) {
+		// Torn (a power loss before its sync): it was never acknowledged,
+		// and what it held is gone here; better given up than committed.
+		n.log.Error("pending version unreadable; dropped", "chunk", id, "version", p.Ver, "target", self, "err", err)
+		return e.Abort(id, p.Ver)
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("settle pending version %d: %w", p.Ver, err)
+	}
+	req := &storagepb.UpdateRequest{
+		Chain: uint32(chain.ID), Chunk: id.Proto(), Length: uint32(got), Crc: CRC(buf[:got]),
+		UpdateVer: p.Ver, FullChunk: true, Src: n.remote(slot, uint32(got)),
+		Client: p.Client, Seq: p.Seq, VerCrc: p.Crc,
+	}
+	if err := n.forward(ctx, self, req, nil); err != nil {
+		return fmt.Errorf("settle pending version %d: %w", p.Ver, err)
+	}
+	if _, err := e.Commit(id, p.Ver); err != nil {
+		return fmt.Errorf("settle pending version %d: %w", p.Ver, err)
+	}
+	n.log.Debug("settled a pending version", "chunk", id, "version", p.Ver, "target", self)
+	return nil
+}
+
+// settleAtTail is settlePending, under the chunk's lock, for a node that
+// is its chain's serving tail and finds a pending version: its committed
+// version is the chain's, and the pending one may already have been
+// committed (and read) at a tail that left.
+func (n *Node) settleAtTail(ctx context.Context, chain Chain, self TargetID, e *Engine, id ChunkID) (*storagepb.ChunkMeta, error) {
+	unlock := n.chunks.lock(lockKey{self, id})
+	defer unlock()
+	if err := n.settlePending(ctx, chain, self, e, id); err != nil {
+		return nil, fmt.Errorf("chunk %v: %w", id, err)
+	}
+	return e.Meta(id)
 }
 
 // remote names n bytes of buffer slot for a successor to pull.
@@ -312,9 +412,10 @@ func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.Update
 			releaseFull()
 		}
 	}()
+	diverged := false
 	return n.toSuccessor(ctx, self, ChainID(req.Chain), func(ctx context.Context, c Chain, succ Target) error {
 		send := req
-		if succ.State == Syncing && !req.FullChunk {
+		if (c.State(succ.ID) == Syncing || diverged) && !req.FullChunk {
 			if fullReq == nil {
 				fr, release, err := full()
 				if err != nil {
@@ -326,7 +427,14 @@ func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.Update
 		}
 		send.ChainVer, send.Target = c.Version, uint32(succ.ID)
 		var resp storagepb.UpdateReply
-		return n.ep.Call(ctx, succ.Node, MethodUpdate, send, &resp)
+		err := n.ep.Call(ctx, succ.Node, MethodUpdate, send, &resp)
+		if errors.Is(err, ErrDiverged) && !send.FullChunk {
+			// The successor's base differs from ours: send the whole version.
+			n.log.Warn("successor diverged; sending the whole chunk", "chain", req.Chain, "chunk", ChunkFromProto(req.Chunk), "successor", succ.ID)
+			diverged = true
+			return fmt.Errorf("forward to target %d: %w", succ.ID, ErrNotCommitted)
+		}
+		return err
 	})
 }
 
@@ -367,11 +475,14 @@ func (n *Node) toSuccessor(ctx context.Context, self TargetID, chain ChainID, se
 // remove deletes a chunk along the chain: the rest of the chain first, so
 // that the tail (whose copy reads trust) goes first, as with updates.
 func (n *Node) remove(ctx context.Context, peer fabric.NodeID, req *storagepb.RemoveRequest) (*storagepb.RemoveReply, error) {
+	id, err := chunkOf(req.Chunk)
+	if err != nil {
+		return nil, err
+	}
 	_, e, err := n.route(req.Chain, req.ChainVer, req.Target)
 	if err != nil {
 		return nil, err
 	}
-	id := ChunkFromProto(req.Chunk)
 	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
 	defer unlock()
 	err = n.toSuccessor(ctx, TargetID(req.Target), ChainID(req.Chain), func(ctx context.Context, c Chain, succ Target) error {
@@ -389,6 +500,8 @@ func (n *Node) remove(ctx context.Context, peer fabric.NodeID, req *storagepb.Re
 func retryable(err error) bool {
 	return errors.Is(err, ErrStaleChainVersion) || errors.Is(err, ErrNotHead) || errors.Is(err, ErrUnavailable) ||
 		errors.Is(err, fabric.ErrPeerClosed) || errors.Is(err, fabric.ErrUnreachable) ||
+		errors.Is(err, fabric.ErrUnknownMethod) || // a node still starting
+		errors.Is(err, fabric.ErrClosed) ||
 		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNotCommitted)
 }
 
@@ -478,8 +591,9 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	if t := n.routing.Routing().Targets[TargetID(e.Target)]; t.State != Serving {
-		return nil, nil, 0, 0, fmt.Errorf("target %d is %v: %w", e.Target, t.State, ErrUnavailable)
+	self := TargetID(e.Target)
+	if st := chain.State(self); st != Serving {
+		return nil, nil, 0, 0, fmt.Errorf("target %d is %v in chain %d: %w", e.Target, st, e.Chain, ErrUnavailable)
 	}
 	id := entryChunk(e)
 	m, err := eng.Meta(id)
@@ -487,20 +601,27 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 		return nil, nil, 0, 0, err
 	}
 	ver := uint64(0)
-	if p := m.GetPending(); p != nil && servingTail(n.routing.Routing(), chain) != TargetID(e.Target) {
+	if p := m.GetPending(); p != nil {
 		if failIfDirty {
 			return nil, nil, 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
 		}
-		tailVer, err := n.queryTail(ctx, chain, id.Proto())
-		if err != nil {
-			return nil, nil, 0, 0, err
-		}
-		switch tailVer {
-		case p.Ver:
-			ver = p.Ver
-		case m.GetCommitted().GetVer():
-		default:
-			return nil, nil, 0, 0, fmt.Errorf("chunk %v: tail has version %d, here %d/%d: %w", id, tailVer, m.GetCommitted().GetVer(), p.Ver, ErrNotCommitted)
+		if servingTail(chain) == self {
+			if m, err = n.settleAtTail(ctx, chain, self, eng, id); err != nil {
+				return nil, nil, 0, 0, err
+			}
+		} else {
+			tailVer, tailCRC, err := n.queryTail(ctx, chain, id.Proto())
+			if err != nil {
+				return nil, nil, 0, 0, err
+			}
+			c := m.GetCommitted()
+			switch {
+			case tailVer == p.Ver && tailCRC == p.Crc:
+				ver = p.Ver
+			case tailVer == c.GetVer() && tailCRC == c.GetCrc():
+			default:
+				return nil, nil, 0, 0, fmt.Errorf("chunk %v: tail has version %d, here %d/%d: %w", id, tailVer, c.GetVer(), p.Ver, ErrNotCommitted)
+			}
 		}
 	}
 	data, v, done, viewed, err := eng.View(id, ver, e.Offset, int(e.Length))
@@ -523,28 +644,44 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 	return data, done, v.Ver, RangeCRC(v, e.Offset, data), nil
 }
 
-func (n *Node) queryTail(ctx context.Context, c Chain, chunk *storagepb.ChunkID) (uint64, error) {
+// queryTail asks the chain's serving tail for its committed version of
+// the chunk and that version's CRC.
+func (n *Node) queryTail(ctx context.Context, c Chain, chunk *storagepb.ChunkID) (uint64, uint32, error) {
 	r := n.routing.Routing()
-	tail := servingTail(r, c)
+	tail := servingTail(c)
 	node := r.Targets[tail].Node
 	var resp storagepb.QueryReply
 	err := n.ep.Call(ctx, node, MethodQuery, &storagepb.QueryRequest{Chain: uint32(c.ID), ChainVer: c.Version, Chunk: chunk, Target: uint32(tail)}, &resp)
 	if err != nil {
-		return 0, fmt.Errorf("ask tail %d: %w", tail, err)
+		return 0, 0, fmt.Errorf("ask tail %d: %w", tail, err)
 	}
-	return resp.CommitVer, nil
+	return resp.CommitVer, resp.Crc, nil
 }
 
+// query answers for the chain's committed version of a chunk, as its tail.
 func (n *Node) query(ctx context.Context, peer fabric.NodeID, req *storagepb.QueryRequest) (*storagepb.QueryReply, error) {
-	_, e, err := n.route(req.Chain, req.ChainVer, req.Target)
+	id, err := chunkOf(req.Chunk)
 	if err != nil {
 		return nil, err
 	}
-	m, err := e.Meta(ChunkFromProto(req.Chunk))
+	chain, e, err := n.route(req.Chain, req.ChainVer, req.Target)
 	if err != nil {
 		return nil, err
 	}
-	return &storagepb.QueryReply{CommitVer: m.GetCommitted().GetVer()}, nil
+	self := TargetID(req.Target)
+	if servingTail(chain) != self {
+		return nil, fmt.Errorf("target %d is not chain %d's serving tail: %w", self, req.Chain, ErrStaleChainVersion)
+	}
+	m, err := e.Meta(id)
+	if err != nil {
+		return nil, err
+	}
+	if m.GetPending() != nil {
+		if m, err = n.settleAtTail(ctx, chain, self, e, id); err != nil {
+			return nil, err
+		}
+	}
+	return &storagepb.QueryReply{CommitVer: m.GetCommitted().GetVer(), Crc: m.GetCommitted().GetCrc()}, nil
 }
 
 // lockKey names one target's copy of a chunk.

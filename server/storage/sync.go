@@ -11,15 +11,18 @@ import (
 	"github.com/sluicefs/sluice/proto/storagepb"
 )
 
-// Resync. A target that comes back joins its chain's end as Syncing: it
-// takes writes (from its predecessor, as full chunks, since it may lack the
-// base a patch applies to) but serves no reads. Its predecessor walks its
-// own chunks, compares each with the syncing target's version and CRC, and
-// replaces whatever differs with its committed version, holding the chunk's
-// lock so that a concurrent update is either before the copy or forwarded
-// after it. Chunks the syncing target has and the predecessor does not were
-// removed meanwhile, and are removed there too. Then the predecessor reports
-// OnSynced and mgmtd lets the target serve.
+// Resync. A target that comes back (or restarts) joins its chain's end as
+// syncing in that chain: it takes writes (from its predecessor, as full
+// chunks, since it may lack the base a patch applies to) but serves no
+// reads. Its predecessor walks its own chunks of that chain (a chunk's
+// record names its chain), compares each with the syncing target's
+// version and CRC, and replaces whatever differs with its committed
+// version, holding the chunk's lock so that a concurrent update is either
+// before the copy or forwarded after it. Chunks of the chain the syncing
+// target has and the predecessor does not were removed meanwhile, and are
+// removed there too; chunks of other chains are never touched. Then the
+// predecessor reports OnSynced with the chain's version, and mgmtd lets
+// the target serve in that chain unless the chain changed meanwhile.
 
 const (
 	MethodSyncList  = "storage.SyncList"
@@ -33,11 +36,9 @@ type syncKey struct {
 
 // servingTail is the last serving target of c: the one whose committed
 // versions are the chain's (a syncing target after it may lag).
-func servingTail(r *Routing, c Chain) TargetID {
-	for i := len(c.Targets) - 1; i >= 0; i-- {
-		if r.Targets[c.Targets[i]].State == Serving {
-			return c.Targets[i]
-		}
+func servingTail(c Chain) TargetID {
+	if s := c.Serving(); len(s) > 0 {
+		return s[len(s)-1]
 	}
 	return c.Tail()
 }
@@ -52,7 +53,7 @@ func (n *Node) watchRouting() {
 		for _, c := range r.Chains {
 			for i := 1; i < len(c.Targets); i++ {
 				succ, pred := c.Targets[i], c.Targets[i-1]
-				if r.Targets[succ].State != Syncing || n.cfg.Targets[pred] == nil || r.Targets[pred].State != Serving {
+				if c.State(succ) != Syncing || n.cfg.Targets[pred] == nil || c.State(pred) != Serving {
 					continue
 				}
 				n.startSync(c.ID, pred, succ)
@@ -83,11 +84,11 @@ func (n *Node) startSync(chain ChainID, self, succ TargetID) {
 			n.syncMu.Unlock()
 		}()
 		for n.ctx.Err() == nil {
-			err := n.syncTarget(n.ctx, chain, self, succ)
+			chainVer, err := n.syncTarget(n.ctx, chain, self, succ)
+			if err == nil && n.cfg.OnSynced != nil {
+				err = n.cfg.OnSynced(chain, succ, chainVer)
+			}
 			if err == nil {
-				if n.cfg.OnSynced != nil {
-					n.cfg.OnSynced(chain, succ)
-				}
 				return
 			}
 			if errors.Is(err, errSyncNotNeeded) {
@@ -104,11 +105,12 @@ func (n *Node) startSync(chain ChainID, self, succ TargetID) {
 
 var errSyncNotNeeded = errors.New("target no longer syncing behind us")
 
-// syncTarget brings succ in line with self's committed chunks.
-func (n *Node) syncTarget(ctx context.Context, chainID ChainID, self, succ TargetID) error {
+// syncTarget brings succ in line with self's committed chunks of the
+// chain, and returns the chain's version it did so at.
+func (n *Node) syncTarget(ctx context.Context, chainID ChainID, self, succ TargetID) (uint64, error) {
 	chain, node, err := n.syncRoute(chainID, self, succ)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	theirs := map[ChunkID]*storagepb.SyncEntry{}
 	var after *storagepb.ChunkID
@@ -116,7 +118,7 @@ func (n *Node) syncTarget(ctx context.Context, chainID ChainID, self, succ Targe
 		var page storagepb.SyncListReply
 		req := &storagepb.SyncListRequest{Chain: uint32(chainID), ChainVer: chain.Version, Target: uint32(succ), After: after, Limit: 4096}
 		if err := n.ep.Call(ctx, node, MethodSyncList, req, &page); err != nil {
-			return fmt.Errorf("list target %d: %w", succ, err)
+			return 0, fmt.Errorf("list target %d: %w", succ, err)
 		}
 		for _, e := range page.Entries {
 			theirs[ChunkFromProto(e.Chunk)] = e
@@ -128,23 +130,34 @@ func (n *Node) syncTarget(ctx context.Context, chainID ChainID, self, succ Targe
 	}
 	var ids []ChunkID
 	if err := n.cfg.Targets[self].Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
-		ids = append(ids, id)
+		if m.Chain == uint32(chainID) {
+			ids = append(ids, id)
+		}
 		return true
 	}); err != nil {
-		return err
+		return 0, err
 	}
 	for _, id := range ids {
 		if err := n.syncChunk(ctx, chainID, self, succ, id, theirs[id]); err != nil {
-			return err
+			return 0, err
 		}
 		delete(theirs, id)
 	}
 	for id := range theirs {
 		if err := n.syncChunk(ctx, chainID, self, succ, id, theirs[id]); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	// The report names the version synced at; a chain that changed meanwhile
+	// is synced again (mgmtd would refuse the report).
+	now, _, err := n.syncRoute(chainID, self, succ)
+	if err != nil {
+		return 0, err
+	}
+	if now.Version != chain.Version {
+		return 0, fmt.Errorf("chain %d moved from version %d to %d during the resync of target %d: %w", chainID, chain.Version, now.Version, succ, ErrStaleChainVersion)
+	}
+	return chain.Version, nil
 }
 
 // syncRoute checks that succ still syncs right behind self.
@@ -152,7 +165,7 @@ func (n *Node) syncRoute(chainID ChainID, self, succ TargetID) (Chain, fabric.No
 	r := n.routing.Routing()
 	c := r.Chains[chainID]
 	i := slices.Index(c.Targets, self)
-	if i < 0 || i+1 >= len(c.Targets) || c.Targets[i+1] != succ || r.Targets[succ].State != Syncing {
+	if i < 0 || i+1 >= len(c.Targets) || c.Targets[i+1] != succ || c.State(succ) != Syncing || c.State(self) != Serving {
 		return Chain{}, "", errSyncNotNeeded
 	}
 	return c, r.Targets[succ].Node, nil
@@ -172,6 +185,16 @@ func (n *Node) syncChunk(ctx context.Context, chainID ChainID, self, succ Target
 	if err != nil {
 		return err
 	}
+	if m.GetPending() != nil && servingTail(chain) == self {
+		// The chain's committed version is ours to give: a pending one
+		// left over may have been committed at a tail that left.
+		if err := n.settlePending(ctx, chain, self, e, id); err != nil {
+			return fmt.Errorf("sync chunk %v: %w", id, err)
+		}
+		if m, err = e.Meta(id); err != nil {
+			return err
+		}
+	}
 	mine := m.GetCommitted()
 	req := &storagepb.SyncWriteRequest{Chain: uint32(chainID), ChainVer: chain.Version, Target: uint32(succ), Chunk: id.Proto()}
 	switch {
@@ -179,7 +202,7 @@ func (n *Node) syncChunk(ctx context.Context, chainID ChainID, self, succ Target
 		return nil
 	case mine == nil:
 		req.Remove = true
-	case theirs != nil && theirs.Ver == mine.Ver && theirs.Crc == mine.Crc:
+	case theirs != nil && theirs.Ver == mine.Ver && theirs.Crc == mine.Crc && !theirs.Pending:
 		return nil
 	default:
 		slot, buf, err := n.buffer(ctx)
@@ -192,6 +215,7 @@ func (n *Node) syncChunk(ctx context.Context, chainID ChainID, self, succ Target
 			return err
 		}
 		req.Ver, req.Length, req.Crc, req.Src = v.Ver, uint32(got), CRC(buf[:got]), n.remote(slot, uint32(got))
+		req.Applied = m.Applied
 	}
 	var resp storagepb.SyncWriteReply
 	if err := n.ep.Call(ctx, node, MethodSyncWrite, req, &resp); err != nil {
@@ -217,11 +241,15 @@ func (n *Node) syncList(ctx context.Context, peer fabric.NodeID, req *storagepb.
 		if after != nil && (id.Inode < after.Inode || id.Inode == after.Inode && id.Index <= after.Index) {
 			return true
 		}
+		if m.Chain != req.Chain {
+			return true // another chain's: not this resync's business
+		}
 		if len(reply.Entries) == limit {
 			reply.More = true
 			return false
 		}
-		reply.Entries = append(reply.Entries, &storagepb.SyncEntry{Chunk: id.Proto(), Ver: m.GetCommitted().GetVer(), Crc: m.GetCommitted().GetCrc()})
+		reply.Entries = append(reply.Entries, &storagepb.SyncEntry{Chunk: id.Proto(), Ver: m.GetCommitted().GetVer(), Crc: m.GetCommitted().GetCrc(),
+			Pending: m.Pending != nil})
 		return true
 	})
 	return reply, err
@@ -229,12 +257,18 @@ func (n *Node) syncList(ctx context.Context, peer fabric.NodeID, req *storagepb.
 
 // syncWrite applies a predecessor's full-chunk replacement.
 func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb.SyncWriteRequest) (*storagepb.SyncWriteReply, error) {
+	id, err := chunkOf(req.Chunk)
+	if err != nil {
+		return nil, err
+	}
 	_, e, err := n.route(req.Chain, req.ChainVer, req.Target)
 	if err != nil {
 		return nil, err
 	}
-	id := ChunkFromProto(req.Chunk)
 	if req.Remove {
+		if m, err := e.Meta(id); err != nil || m.Chain != req.Chain {
+			return &storagepb.SyncWriteReply{}, err // not this chain's chunk: left alone
+		}
 		unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
 		defer unlock()
 		return &storagepb.SyncWriteReply{}, e.Remove(id)
@@ -249,5 +283,5 @@ func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb
 	}
 	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
 	defer unlock()
-	return &storagepb.SyncWriteReply{}, e.Replace(id, req.Ver, data)
+	return &storagepb.SyncWriteReply{}, e.Replace(id, req.Chain, req.Ver, data, req.Applied)
 }

@@ -216,7 +216,7 @@ func (e *Engine) settleChunk(id ChunkID) error {
 	if best == nil {
 		return nil
 	}
-	return e.putMeta(id, &storagepb.ChunkMeta{Committed: best, ChainVer: m.ChainVer}, false)
+	return e.putMeta(id, &storagepb.ChunkMeta{Committed: best, ChainVer: m.ChainVer, Chain: m.Chain, Applied: m.Applied}, false)
 }
 
 // storedVersion returns the version in one of the chunk's files if its
