@@ -127,10 +127,21 @@ func CheckHistory(ops []Op, keys []Key, timeout time.Duration, visDir string) *V
 		v.checkFinal(k, kops)
 		var hist []porcupine.Operation
 		end := int64(math.MaxInt64)
+		read := map[uint64]bool{}
+		for _, o := range kops {
+			if o.Kind == OpRead && o.Status == StatusOK {
+				read[o.Value] = true
+			}
+		}
 		for _, o := range kops {
 			switch {
 			case o.Kind == OpWrite && o.Status == StatusOK:
 				hist = append(hist, porcupine.Operation{ClientId: o.Client, Input: regInput{true, o.Value}, Call: o.Call, Output: uint64(0), Return: o.Return})
+			case o.Kind == OpWrite && !read[o.Value]:
+				// An indeterminate write no read saw can take effect last
+				// of all, after every other op, where it changes nothing:
+				// leaving it out changes no verdict, and keeps the search
+				// small when many writes fail (a full disk).
 			case o.Kind == OpWrite: // indeterminate: it may take effect any time after its call
 				end--
 				hist = append(hist, porcupine.Operation{ClientId: o.Client, Input: regInput{true, o.Value}, Call: o.Call, Output: uint64(0), Return: end})

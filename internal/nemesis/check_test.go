@@ -86,6 +86,20 @@ func TestCheckHistory(t *testing.T) {
 			op(OpRead, a, 40, 50, StatusOK, "run"),
 			op(OpRead, b, 60, 70, StatusOK, "final"), // took effect after all
 		}},
+		{name: "indeterminate writes never read", keys: keys, linear: true, ops: []Op{
+			op(OpWrite, a, 0, 10, StatusOK, "setup"),
+			op(OpWrite, b, 20, 30, StatusInfo, "run"),
+			op(OpWrite, c, 25, 35, StatusInfo, "run"),
+			op(OpRead, a, 40, 50, StatusOK, "run"),
+			op(OpRead, a, 60, 70, StatusOK, "final"),
+		}},
+		{name: "indeterminate write, then its predecessor again", keys: keys, linear: false, ops: []Op{
+			op(OpWrite, a, 0, 10, StatusOK, "setup"),
+			op(OpWrite, b, 20, 30, StatusInfo, "run"),
+			op(OpWrite, c, 25, 35, StatusInfo, "run"), // never read: left out
+			op(OpRead, b, 40, 50, StatusOK, "run"),
+			op(OpRead, a, 60, 70, StatusOK, "final"),
+		}},
 		{name: "write-once key lost", keys: onceKeys, linear: false, lost: 1, ops: []Op{
 			op(OpWrite, a, 0, 10, StatusOK, "setup"),
 			op(OpRead, a, 20, 30, StatusOK, "run"),
