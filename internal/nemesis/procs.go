@@ -1,10 +1,12 @@
 package nemesis
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -76,6 +78,7 @@ type Proc struct {
 	mu       sync.Mutex
 	cmd      *exec.Cmd
 	exited   chan struct{} // closed when the current incarnation ends
+	ready    bool          // the current incarnation said it serves
 	paused   bool
 	expected bool // the harness ended it
 	wg       sync.WaitGroup
@@ -327,21 +330,42 @@ func DescribeMap(m *mgmtdpb.ClusterMap) string {
 	return b.String()
 }
 
-// WaitServing waits up to within for AllServing; it returns the last map
-// it saw and how long it waited.
+// Settle is how long the map must show every target serving, unchanged,
+// for the cluster to count as recovered: a lease, so that a node that
+// stopped heartbeating would have lost its targets meanwhile.
+const Settle = 3 * time.Second
+
+// WaitServing waits up to within for every process to be ready and then
+// for AllServing to hold, at one map version, for Settle. It returns the
+// map and how long it took until the settled stretch began.
 func (c *Cluster) WaitServing(ctx context.Context, within time.Duration) (*mgmtdpb.ClusterMap, time.Duration, error) {
 	start := time.Now()
 	var last *mgmtdpb.ClusterMap
 	var lastErr error
+	var since time.Time // the settled stretch's start
 	for {
-		m, err := c.ClusterMap(ctx)
-		if err == nil {
-			last = m
-			if AllServing(m, len(c.Nodes), c.cfg.Replicas) {
-				return m, time.Since(start), nil
+		var unready []string
+		for _, p := range c.Procs() {
+			if !p.Ready() {
+				unready = append(unready, p.Name)
 			}
-		} else {
-			lastErr = err
+		}
+		m, err := c.ClusterMap(ctx)
+		switch {
+		case err != nil:
+			lastErr, since = err, time.Time{}
+		case len(unready) > 0:
+			last, since = m, time.Time{}
+			lastErr = fmt.Errorf("not ready: %v", unready)
+		case !AllServing(m, len(c.Nodes), c.cfg.Replicas) || last == nil || m.Version != last.Version:
+			last, since = m, time.Time{}
+			if AllServing(m, len(c.Nodes), c.cfg.Replicas) {
+				since = time.Now()
+			}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) >= Settle:
+			return m, since.Sub(start), nil
 		}
 		if time.Since(start) > within || ctx.Err() != nil {
 			return last, time.Since(start), fmt.Errorf("not every target serving within %v: %s (last error: %v)", within, DescribeMap(last), lastErr)
@@ -427,14 +451,14 @@ func (p *Proc) Start() error {
 	}
 	fmt.Fprintf(log, "=== nemesis: start %s at %s\n", p.Name, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.bin, "server", "--role", p.Role, "--config", p.config, "--log-level", p.level)
-	cmd.Stdout, cmd.Stderr = log, log
+	cmd.Stdout, cmd.Stderr = &readyWriter{p: p, w: log}, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
 	}
 	exited := make(chan struct{})
-	p.cmd, p.exited, p.paused, p.expected = cmd, exited, false, false
+	p.cmd, p.exited, p.paused, p.expected, p.ready = cmd, exited, false, false, false
 	p.wg.Add(1)
 	go func() { // owned by p: it ends with the process, and Close waits for it
 		defer p.wg.Done()
@@ -443,7 +467,7 @@ func (p *Proc) Start() error {
 		p.mu.Lock()
 		expected := p.expected
 		if p.cmd == cmd {
-			p.cmd = nil
+			p.cmd, p.ready = nil, false
 		}
 		p.mu.Unlock()
 		close(exited)
@@ -459,6 +483,31 @@ func (p *Proc) Running() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.cmd != nil
+}
+
+// Ready reports whether the process runs and has said it serves (its
+// first line: "meta serving on ...", "storage node ... serving ...", once
+// registered with mgmtd).
+func (p *Proc) Ready() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil && p.ready
+}
+
+// readyWriter is a process's standard output: copied to its log, and
+// watched for the line that says it serves.
+type readyWriter struct {
+	p *Proc
+	w io.Writer
+}
+
+func (r *readyWriter) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte(" serving ")) {
+		r.p.mu.Lock()
+		r.p.ready = true
+		r.p.mu.Unlock()
+	}
+	return r.w.Write(b)
 }
 
 // Paused reports whether the process is stopped with SIGSTOP.

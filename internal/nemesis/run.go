@@ -42,8 +42,9 @@ type Report struct {
 	Faults   map[string]int // injected, by kind
 	Skipped  []string       // kinds that could not run here, with why
 	Verdict  *Verdict
-	// Recovered: every target served within RecoverWithin of the last
-	// heal, after RecoverTime.
+	// Recovered: within RecoverWithin of the last heal every process was
+	// up and the map showed every target serving, unchanged for Settle;
+	// RecoverTime is when that settled stretch began.
 	Recovered   bool
 	RecoverTime time.Duration
 	// Replicas lists differences between replicas found offline.
@@ -267,9 +268,8 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		}
 	}
 	event("phase", "", "healed; waiting up to %v for every target to serve", cfg.RecoverWithin)
-	healed := time.Now()
-	m, _, werr := c.WaitServing(ctx, cfg.RecoverWithin)
-	rep.RecoverTime, rep.Recovered = time.Since(healed), werr == nil
+	m, took, werr := c.WaitServing(ctx, cfg.RecoverWithin)
+	rep.RecoverTime, rep.Recovered = took, werr == nil
 	wcancel()
 	<-done
 	if werr != nil {
