@@ -286,19 +286,19 @@ var cards = map[string]int{KillShort: 2, KillLong: 1, KillChain: 1, Pause: 1, Me
 // from a deck shuffled by rng (a kind that cannot run now goes back to
 // the deck's end) and injects it, and heals each fault when its time comes;
 // when d is over (or ctx ends) it heals every fault still active. Every
-// injection, heal and error goes into h. It returns the count of faults
-// injected by kind.
-func Schedule(ctx context.Context, rng *rand.Rand, nemeses []Nemesis, d time.Duration, h *History) map[string]int {
+// injection, heal and error goes to event (the history). It returns the
+// count of faults injected by kind.
+func Schedule(ctx context.Context, rng *rand.Rand, nemeses []Nemesis, d time.Duration, event func(kind, fault, format string, args ...any)) map[string]int {
 	counts := map[string]int{}
 	var active []Fault
 	heal := func(f Fault) {
 		hctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if err := f.Heal(hctx); err != nil {
-			h.Event("heal-error", f.Kind(), "%s: %v", f, err)
+			event("heal-error", f.Kind(), "%s: %v", f, err)
 			return
 		}
-		h.Event("heal", f.Kind(), "%s", f)
+		event("heal", f.Kind(), "%s", f)
 	}
 	var deck []Nemesis
 	deal := func() {
@@ -353,11 +353,11 @@ func Schedule(ctx context.Context, rng *rand.Rand, nemeses []Nemesis, d time.Dur
 			deck = append(deck, n)
 			continue
 		case err != nil:
-			h.Event("inject-error", n.Kind(), "%v", err)
+			event("inject-error", n.Kind(), "%v", err)
 			continue
 		}
 		counts[n.Kind()]++
-		h.Event("inject", n.Kind(), "%s", f)
+		event("inject", n.Kind(), "%s", f)
 		active = append(active, f)
 	}
 	for _, f := range slices.Backward(active) {

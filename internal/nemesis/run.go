@@ -257,7 +257,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		w.Run(wctx)
 	}()
 	event("phase", "", "faults for %v", cfg.Duration)
-	rep.Faults = Schedule(ctx, rng, nemeses, cfg.Duration, h)
+	rep.Faults = Schedule(ctx, rng, nemeses, cfg.Duration, event)
 	// Everything is healed; a process that exited on its own comes back.
 	for _, p := range c.Procs() {
 		if !p.Running() {
