@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
@@ -156,11 +157,14 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		text := rep.Summary() + "\n" + strings.Join(rep.Failed(), "\n") + "\n"
 		os.WriteFile(filepath.Join(cfg.Dir, "report.txt"), []byte(text), 0o644)
 	}()
+	var exitMu sync.Mutex
 	event := func(kind, fault, format string, args ...any) {
 		e := h.Event(kind, fault, format, args...)
 		log.Info("nemesis: "+e.Kind, "fault", e.Fault, "detail", e.Detail, "at", time.Duration(e.Time).Round(time.Millisecond))
-		if kind == "exit" {
+		if kind == "exit" { // from a process's waiter: guarded
+			exitMu.Lock()
 			rep.Exits = append(rep.Exits, e.Detail)
+			exitMu.Unlock()
 		}
 	}
 
