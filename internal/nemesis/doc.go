@@ -19,6 +19,11 @@
 //     clean stop, replicas of each chain byte-identical and no chunk on a
 //     target outside its chain.
 //
+// A partition drops TCP to and from one storage node's fabric port only:
+// the node's heartbeats to mgmtd go on, so it keeps its lease while its
+// peers and clients cannot reach it (a half-open partition, the harder
+// case for the data plane); it ends when healed.
+//
 // Run ties them together: start, load, run faults with the workload, heal,
 // wait for every target to serve, read every key, stop, check.
 //
