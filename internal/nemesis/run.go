@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/server/storage"
 )
 
 // Config is one run. Zero fields take the defaults in brackets.
@@ -301,12 +302,19 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		b, _ := protojson.MarshalOptions{Multiline: true}.Marshal(m)
 		os.WriteFile(filepath.Join(cfg.Dir, "final-map.json"), b, 0o644)
 	}
+	var table []uint32
+	for _, t := range m.GetTables() {
+		if t.Id == 1 {
+			table = t.Chains
+		}
+	}
+	expect := w.ChunkChain(table) // before Close, which lets go of the files
 	w.Close()
 	if err := c.Stop(20 * time.Second); err != nil {
 		rep.Errors = append(rep.Errors, fmt.Sprintf("clean stop: %v", err))
 	}
 	event("phase", "", "stopped")
-	rep.Replicas = checkOffline(c, m, w, cc.ChunkSizeOrDefault())
+	rep.Replicas = checkOffline(c, m, expect, cc.ChunkSizeOrDefault())
 
 	ops := h.Ops()
 	for _, o := range ops {
@@ -327,16 +335,11 @@ func (cc ClusterConfig) ChunkSizeOrDefault() int {
 }
 
 // checkOffline reads every target of the stopped cluster and compares
-// the replicas of each chain under the final map m.
-func checkOffline(c *Cluster, m *mgmtdpb.ClusterMap, w *Workload, chunkSize int) []string {
+// the replicas of each chain under the final map m; expect places the
+// workload's chunks.
+func checkOffline(c *Cluster, m *mgmtdpb.ClusterMap, expect func(storage.ChunkID) (uint32, bool), chunkSize int) []string {
 	if m == nil {
 		return []string{"no final cluster map"}
-	}
-	var table []uint32
-	for _, t := range m.Tables {
-		if t.Id == 1 {
-			table = t.Chains
-		}
 	}
 	targets := map[uint32]TargetChunks{}
 	var problems []string
@@ -348,7 +351,7 @@ func checkOffline(c *Cluster, m *mgmtdpb.ClusterMap, w *Workload, chunkSize int)
 		}
 		targets[p.Target] = tc
 	}
-	return append(problems, CheckReplicas(m, targets, w.ChunkChain(table))...)
+	return append(problems, CheckReplicas(m, targets, expect)...)
 }
 
 // errorKind is an error message with its numbers and addresses blanked,

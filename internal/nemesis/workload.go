@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/sdk"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/storage"
@@ -276,12 +277,16 @@ func (w *Workload) ChunkChain(table []uint32) func(storage.ChunkID) (uint32, boo
 			inodes[f.Inode().Ino] = f
 		}
 	}
+	layouts := map[uint64]*metapb.Layout{}
+	for ino, f := range inodes {
+		layouts[ino] = f.Inode().Layout
+	}
 	return func(id storage.ChunkID) (uint32, bool) {
-		f, ok := inodes[id.Inode]
-		if !ok {
+		l, ok := layouts[id.Inode]
+		if !ok || len(table) == 0 {
 			return 0, false
 		}
-		return meta.ChunkChain(table, f.Inode().Layout, id.Inode, uint64(id.Index)), true
+		return meta.ChunkChain(table, l, id.Inode, uint64(id.Index)), true
 	}
 }
 
