@@ -452,7 +452,10 @@ func (p *Proc) Start() error {
 	fmt.Fprintf(log, "=== nemesis: start %s at %s\n", p.Name, time.Now().Format(time.RFC3339Nano))
 	cmd := exec.Command(p.bin, "server", "--role", p.Role, "--config", p.config, "--log-level", p.level)
 	cmd.Stdout, cmd.Stderr = &readyWriter{p: p, w: log}, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // never outlive the harness
+	// Never outlive the harness, even one killed before its cleanup (the
+	// signal follows the thread that started the child; no goroutine here
+	// locks its thread, so Go keeps that thread while the process lives).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		log.Close()
 		return fmt.Errorf("start %s: %w", p.Name, err)
