@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/server/storage"
 )
 
@@ -50,7 +51,7 @@ func firstOpError(what string, errs []error) error {
 // chunkWrite is one update: bytes of one chunk, from one buffer, covering
 // one or more ops (adjacent ones merged).
 type chunkWrite struct {
-	chain    storage.ChainID
+	chain    routing.ChainID
 	chunk    storage.ChunkID
 	chunkOff uint32
 	buf      *Buffer

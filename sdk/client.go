@@ -21,9 +21,9 @@ import (
 	"github.com/sluicefs/sluice/fabric/tcp"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/server/cluster"
 	"github.com/sluicefs/sluice/server/meta"
-	"github.com/sluicefs/sluice/server/mgmtd"
 	"github.com/sluicefs/sluice/server/rpc"
 	"github.com/sluicefs/sluice/server/storage"
 )
@@ -55,7 +55,7 @@ type Client struct {
 	meta    metapb.MetaClient
 	ctx     context.Context // carries the token
 	cancel  context.CancelFunc
-	routing *mgmtd.WatchedRouting
+	routing *routing.WatchedRouting
 	ep      fabric.Endpoint
 	store   *storage.Client
 	id      uint64
@@ -96,7 +96,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	wctx, wcancel := context.WithCancel(c.ctx)
 	defer wcancel()
 	stop := context.AfterFunc(ctx, wcancel)
-	c.routing, err = mgmtd.WatchRouting(wctx, mgmtdpb.NewMgmtdClient(c.conn), cfg.Logger)
+	c.routing, err = routing.Watch(wctx, mgmtdpb.NewMgmtdClient(c.conn), cfg.Logger)
 	stop()
 	if err != nil {
 		return fail(fmt.Errorf("sluice: connect to %s: %w", cfg.Cluster, err))

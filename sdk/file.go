@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/storage"
 )
@@ -56,8 +57,8 @@ func (f *File) pieces(off int64, n, limit int) []piece {
 	return out
 }
 
-func (f *File) chain(index uint64) storage.ChainID {
-	return storage.ChainID(meta.ChunkChain(f.chains, f.in.Layout, f.in.Ino, index))
+func (f *File) chain(index uint64) routing.ChainID {
+	return routing.ChainID(meta.ChunkChain(f.chains, f.in.Layout, f.in.Ino, index))
 }
 
 func (f *File) chunk(index uint64) storage.ChunkID {

@@ -38,6 +38,7 @@ import (
 	"github.com/sluicefs/sluice/fabric/tcp"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
 	"github.com/sluicefs/sluice/server/rpc"
@@ -205,17 +206,17 @@ func (c *Control) collect(ctx context.Context, tr fabric.Transport, cfg ControlC
 		return
 	}
 	defer conn.Close()
-	routing, err := mgmtd.WatchRouting(rpc.WithToken(ctx, cfg.Token), mgmtdpb.NewMgmtdClient(conn), cfg.Logger)
+	rt, err := routing.Watch(rpc.WithToken(ctx, cfg.Token), mgmtdpb.NewMgmtdClient(conn), cfg.Logger)
 	if err != nil {
 		return
 	}
-	defer routing.Close()
+	defer rt.Close()
 	ep, err := tr.Dialer("collector")
 	if err != nil {
 		return
 	}
 	defer ep.Close()
-	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: storage.NewClient(ep, routing), Map: c.replica.ClusterMap}, cfg.CollectDelay, cfg.Logger)
+	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: storage.NewClient(ep, rt), Map: c.replica.ClusterMap}, cfg.CollectDelay, cfg.Logger)
 	c.collector.Store(col)
 	col.Run(ctx, min(10*time.Second, max(cfg.CollectDelay, time.Second)))
 }
@@ -275,7 +276,7 @@ type StorageConfig struct {
 type Storage struct {
 	ep      fabric.Endpoint
 	conn    *rpc.LeaderConn
-	routing *mgmtd.WatchedRouting
+	routing *routing.WatchedRouting
 	engines []*storage.Engine
 	node    *storage.Node
 	cancel  context.CancelFunc
@@ -299,14 +300,14 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		s.Close()
 		return nil, err
 	}
-	targets := map[storage.TargetID]*storage.Engine{}
+	targets := map[routing.TargetID]*storage.Engine{}
 	for _, t := range cfg.Targets {
 		e, err := storage.OpenEngine(storage.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", t)), MaxChunkSize: cfg.ChunkSize})
 		if err != nil {
 			return fail(err)
 		}
 		s.engines = append(s.engines, e)
-		targets[storage.TargetID(t)] = e
+		targets[routing.TargetID(t)] = e
 	}
 	tr, err := tcp.New(tcp.Config{Secret: FabricSecret(cfg.Token), Logger: cfg.Logger})
 	if err != nil {
@@ -325,7 +326,7 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	}
 	// The node answers from the moment it listens, "unavailable" until it
 	// holds a lease and routes by a map as new as the lease's.
-	routing := &lateRouting{set: make(chan struct{})}
+	late := &lateRouting{set: make(chan struct{})}
 	var agentp atomic.Pointer[mgmtd.Agent]
 	ready := func() error {
 		a := agentp.Load()
@@ -336,19 +337,19 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		if time.Now().After(until) {
 			return fmt.Errorf("no lease from mgmtd: %w", storage.ErrUnavailable)
 		}
-		if have := routing.Routing().Version; have < ver {
+		if have := late.Routing().Version; have < ver {
 			return fmt.Errorf("routing at map version %d, the lease's is %d: %w", have, ver, storage.ErrUnavailable)
 		}
 		return nil
 	}
-	onSynced := func(chain storage.ChainID, target storage.TargetID, chainVer uint64) error {
+	onSynced := func(chain routing.ChainID, target routing.TargetID, chainVer uint64) error {
 		a := agentp.Load()
 		if a == nil {
 			return fmt.Errorf("node starting: %w", storage.ErrUnavailable)
 		}
 		return a.OnSynced(chain, target, chainVer)
 	}
-	if s.node, err = storage.NewNode(storage.NodeConfig{Endpoint: s.ep, Routing: routing, Targets: targets,
+	if s.node, err = storage.NewNode(storage.NodeConfig{Endpoint: s.ep, Routing: late, Targets: targets,
 		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: onSynced, Ready: ready}); err != nil {
 		return fail(err)
 	}
@@ -386,39 +387,39 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		defer s.wg.Done()
 		agent.Run(bg)
 	}()
-	if s.routing, err = mgmtd.WatchRouting(actx, mc, cfg.Logger); err != nil {
+	if s.routing, err = routing.Watch(actx, mc, cfg.Logger); err != nil {
 		return fail(err)
 	}
-	routing.use(s.routing)
+	late.use(s.routing)
 	return s, nil
 }
 
-// lateRouting is a storage.RoutingProvider whose source arrives after the
+// lateRouting is a routing.Provider whose source arrives after the
 // node starts serving: empty routing until then.
 type lateRouting struct {
 	mu  sync.Mutex
-	src storage.RoutingProvider
+	src routing.Provider
 	set chan struct{} // closed when src is
 }
 
-func (l *lateRouting) use(src storage.RoutingProvider) {
+func (l *lateRouting) use(src routing.Provider) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.src = src
 	close(l.set)
 }
 
-func (l *lateRouting) source() storage.RoutingProvider {
+func (l *lateRouting) source() routing.Provider {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.src
 }
 
-func (l *lateRouting) Routing() *storage.Routing {
+func (l *lateRouting) Routing() *routing.Routing {
 	if src := l.source(); src != nil {
 		return src.Routing()
 	}
-	return &storage.Routing{}
+	return &routing.Routing{}
 }
 
 func (l *lateRouting) Changed() <-chan struct{} {

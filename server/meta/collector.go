@@ -10,6 +10,7 @@ import (
 	"github.com/sluicefs/sluice/internal/tick"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/server/storage"
 )
 
@@ -130,7 +131,7 @@ func (s StorageRemover) RemoveChunks(ctx context.Context, f *metapb.Inode) error
 	n := (f.Size + uint64(l.ChunkSize) - 1) / uint64(l.ChunkSize)
 	for i := uint64(0); i < n; i++ {
 		chain := ChunkChain(chains, l, f.Ino, i)
-		if err := s.Client.Remove(ctx, storage.ChainID(chain), storage.ChunkID{Inode: f.Ino, Index: uint32(i)}); err != nil {
+		if err := s.Client.Remove(ctx, routing.ChainID(chain), storage.ChunkID{Inode: f.Ino, Index: uint32(i)}); err != nil {
 			return err
 		}
 	}

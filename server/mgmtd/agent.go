@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluicefs/sluice/internal/tick"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/storage"
+	"github.com/sluicefs/sluice/routing"
 )
 
 // Agent is a storage node's side of mgmtd: it registers the node and its
@@ -96,7 +96,7 @@ func (a *Agent) Lease() (until time.Time, mapVersion uint64) {
 
 // OnSynced reports that this node brought target in sync in chain, at the
 // chain's version chainVer.
-func (a *Agent) OnSynced(chain storage.ChainID, target storage.TargetID, chainVer uint64) error {
+func (a *Agent) OnSynced(chain routing.ChainID, target routing.TargetID, chainVer uint64) error {
 	ctx, cancel := context.WithTimeout(a.ctx, 10*a.interval)
 	defer cancel()
 	if _, err := a.client.ReportSynced(ctx, &mgmtdpb.TargetSynced{Chain: uint32(chain), Target: uint32(target), ChainVer: chainVer}); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicefs/sluice/fabric/local"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
 	"github.com/sluicefs/sluice/server/rpc"
@@ -64,16 +65,16 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	if _, err := mc.CreateTable(actx, &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 1}); err != nil {
 		t.Fatal(err)
 	}
-	routing, err := mgmtd.WatchRouting(actx, mc, quiet)
+	rt, err := routing.Watch(actx, mc, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer routing.Close()
-	for routing.Routing().Chains[1].Version == 0 {
-		<-routing.Changed()
+	defer rt.Close()
+	for rt.Routing().Chains[1].Version == 0 {
+		<-rt.Changed()
 	}
 	for i, n := range nodes {
-		sn, err := storage.NewNode(storage.NodeConfig{Endpoint: n.ep, Routing: routing, Targets: map[storage.TargetID]*storage.Engine{storage.TargetID(i): n.eng},
+		sn, err := storage.NewNode(storage.NodeConfig{Endpoint: n.ep, Routing: rt, Targets: map[routing.TargetID]*storage.Engine{routing.TargetID(i): n.eng},
 			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: n.agent.OnSynced})
 		if err != nil {
 			t.Fatal(err)
@@ -84,7 +85,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	defer cep.Close()
 	buf := make([]byte, 1<<20)
 	mr, _ := cep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
-	cl := storage.NewClient(cep, routing)
+	cl := storage.NewClient(cep, rt)
 	cl.AttemptTimeout = 500 * time.Millisecond
 	write := func(i int) {
 		data := fabrictest.RandBytes(uint64(i), 32<<10)
@@ -102,19 +103,19 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	for i := 20; i < 40; i++ {
 		write(i)
 	}
-	if routing.Routing().Targets[2].State != storage.Offline {
-		t.Fatalf("target 2 is %v after its lease lapsed", routing.Routing().Targets[2].State)
+	if rt.Routing().Targets[2].State != routing.Offline {
+		t.Fatalf("target 2 is %v after its lease lapsed", rt.Routing().Targets[2].State)
 	}
 	// It comes back.
 	heal()
 	nctx, ncancel := context.WithCancel(ctx)
 	defer ncancel()
 	go nodes[2].agent.Run(nctx)
-	for routing.Routing().Targets[2].State != storage.Serving {
+	for rt.Routing().Targets[2].State != routing.Serving {
 		select {
-		case <-routing.Changed():
+		case <-rt.Changed():
 		case <-ctx.Done():
-			t.Fatalf("target 2 never served again: %+v", routing.Routing().Targets[2])
+			t.Fatalf("target 2 never served again: %+v", rt.Routing().Targets[2])
 		}
 	}
 	for i := 40; i < 45; i++ {
@@ -146,7 +147,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	for i := uint64(0); i < 3; i++ {
 		chain := meta.ChunkChain(m.Tables[0].Chains, file.Layout, file.Ino, i)
 		copy(buf, "chunk")
-		if _, err := cl.WriteRegistered(ctx, storage.ChainID(chain), storage.ChunkID{Inode: file.Ino, Index: uint32(i)}, 0, true, mr, 0, buf[:5]); err != nil {
+		if _, err := cl.WriteRegistered(ctx, routing.ChainID(chain), storage.ChunkID{Inode: file.Ino, Index: uint32(i)}, 0, true, mr, 0, buf[:5]); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicefs/sluice/routing"
+
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/storagepb"
 )
@@ -20,7 +22,7 @@ import (
 // applied once. The SDK builds its file I/O on it.
 type Client struct {
 	ep      fabric.Endpoint
-	routing RoutingProvider
+	routing routing.Provider
 	id      uint64
 	seq     atomic.Uint64
 	next    atomic.Uint32 // spreads reads over replicas
@@ -31,7 +33,7 @@ type Client struct {
 }
 
 // NewClient returns a client on ep.
-func NewClient(ep fabric.Endpoint, routing RoutingProvider) *Client {
+func NewClient(ep fabric.Endpoint, routing routing.Provider) *Client {
 	var b [8]byte
 	rand.Read(b[:])
 	return &Client{ep: ep, routing: routing, id: binary.LittleEndian.Uint64(b[:]), AttemptTimeout: 5 * time.Second}
@@ -40,7 +42,7 @@ func NewClient(ep fabric.Endpoint, routing RoutingProvider) *Client {
 // WriteRegistered writes data, which must lie in mr at offset off, into
 // chunk at chunkOff; full replaces the chunk's content. It returns the
 // committed version.
-func (c *Client) WriteRegistered(ctx context.Context, chain ChainID, chunk ChunkID, chunkOff uint32, full bool, mr fabric.MR, off int, data []byte) (uint64, error) {
+func (c *Client) WriteRegistered(ctx context.Context, chain routing.ChainID, chunk ChunkID, chunkOff uint32, full bool, mr fabric.MR, off int, data []byte) (uint64, error) {
 	rb := mr.Remote(off, len(data))
 	req := &storagepb.UpdateRequest{
 		Chain: uint32(chain), Chunk: chunk.Proto(), Offset: chunkOff, Length: uint32(len(data)), Crc: CRC(data),
@@ -48,7 +50,7 @@ func (c *Client) WriteRegistered(ctx context.Context, chain ChainID, chunk Chunk
 		Client: c.id, Seq: c.seq.Add(1), FullChunk: full,
 	}
 	var resp storagepb.UpdateReply
-	err := c.retry(ctx, func(ctx context.Context, r *Routing, ch Chain) error {
+	err := c.retry(ctx, func(ctx context.Context, r *routing.Routing, ch routing.Chain) error {
 		head, err := writable(r, ch)
 		if err != nil {
 			return err
@@ -64,10 +66,10 @@ func (c *Client) WriteRegistered(ctx context.Context, chain ChainID, chunk Chunk
 
 // Remove deletes chunk from every replica of its chain (sent to the head).
 // Removing a chunk that does not exist succeeds.
-func (c *Client) Remove(ctx context.Context, chain ChainID, chunk ChunkID) error {
-	err := c.retry(ctx, func(ctx context.Context, r *Routing, ch Chain) error {
+func (c *Client) Remove(ctx context.Context, chain routing.ChainID, chunk ChunkID) error {
+	err := c.retry(ctx, func(ctx context.Context, r *routing.Routing, ch routing.Chain) error {
 		head := ch.Targets[0]
-		if ch.State(head) != Serving {
+		if ch.State(head) != routing.Serving {
 			return fmt.Errorf("chain %d: head %d is %v: %w", chain, head, ch.State(head), ErrUnavailable)
 		}
 		req := &storagepb.RemoveRequest{Chain: uint32(chain), ChainVer: ch.Version, Target: uint32(head), Chunk: chunk.Proto()}
@@ -84,10 +86,10 @@ func (c *Client) Remove(ctx context.Context, chain ChainID, chunk ChunkID) error
 // mr at offset off. It returns how many bytes the chunk had there and the
 // version read. failIfDirty asks for ErrNotCommitted rather than a query of
 // the tail when an update is in flight.
-func (c *Client) ReadRegistered(ctx context.Context, chain ChainID, chunk ChunkID, chunkOff uint32, mr fabric.MR, off int, buf []byte, failIfDirty bool) (int, uint64, error) {
+func (c *Client) ReadRegistered(ctx context.Context, chain routing.ChainID, chunk ChunkID, chunkOff uint32, mr fabric.MR, off int, buf []byte, failIfDirty bool) (int, uint64, error) {
 	rb := mr.Remote(off, len(buf))
 	var res *storagepb.ReadResult
-	err := c.retry(ctx, func(ctx context.Context, r *Routing, ch Chain) error {
+	err := c.retry(ctx, func(ctx context.Context, r *routing.Routing, ch routing.Chain) error {
 		serving := ch.Serving()
 		if len(serving) == 0 {
 			return fmt.Errorf("chain %d: %w", chain, ErrUnavailable)
@@ -133,9 +135,9 @@ func (c *Client) ReadRegistered(ctx context.Context, chain ChainID, chunk ChunkI
 // serves (a chain whose last serving replica is down serves nothing until
 // it returns), and no member's disk is full (then the write fails at once,
 // not after every replica tried).
-func writable(r *Routing, ch Chain) (TargetID, error) {
+func writable(r *routing.Routing, ch routing.Chain) (routing.TargetID, error) {
 	head := ch.Targets[0]
-	if st := ch.State(head); st != Serving {
+	if st := ch.State(head); st != routing.Serving {
 		return 0, fmt.Errorf("chain %d: head %d is %v: %w", ch.ID, head, st, ErrUnavailable)
 	}
 	for _, t := range ch.Targets {
@@ -148,7 +150,7 @@ func writable(r *Routing, ch Chain) (TargetID, error) {
 
 // retry runs attempt against the chain's current routing until it succeeds,
 // fails for good, or ctx ends.
-func (c *Client) retry(ctx context.Context, attempt func(context.Context, *Routing, Chain) error, chain ChainID) error {
+func (c *Client) retry(ctx context.Context, attempt func(context.Context, *routing.Routing, routing.Chain) error, chain routing.ChainID) error {
 	for {
 		changed := c.routing.Changed()
 		r := c.routing.Routing()
@@ -189,7 +191,7 @@ func (f finalError) Unwrap() error { return f.error }
 // (on chain Chain) at Offset, into Dst, memory registered with the client's
 // own endpoint (a storage node pushes only to its caller).
 type BatchRead struct {
-	Chain  ChainID
+	Chain  routing.ChainID
 	Chunk  ChunkID
 	Offset uint32
 	Dst    fabric.RemoteBuf
@@ -215,7 +217,7 @@ func (c *Client) ReadBatch(ctx context.Context, reads []BatchRead) error {
 	// One allocation for the whole batch's entries, and each chain's
 	// serving replicas looked up once.
 	entries := make([]storagepb.ReadEntry, len(reads))
-	serving := map[ChainID][]TargetID{}
+	serving := map[routing.ChainID][]routing.TargetID{}
 	var groups []*group
 	for i := range reads {
 		rd := &reads[i]

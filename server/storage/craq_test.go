@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/routing"
+
 	"github.com/anishathalye/porcupine"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -32,28 +34,28 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type cluster struct {
 	t       *testing.T
 	net     *faulty.Network
-	routing *StaticRouting
+	routing *routing.StaticRouting
 	eps     []fabric.Endpoint
 	engines []*Engine
 	nodes   []*Node
 }
 
-const testChain ChainID = 1
+const testChain routing.ChainID = 1
 
 func newCluster(t *testing.T, replicas int) *cluster {
-	var members []TargetID
+	var members []routing.TargetID
 	for i := 1; i <= replicas; i++ {
-		members = append(members, TargetID(i))
+		members = append(members, routing.TargetID(i))
 	}
-	return newChains(t, replicas, map[ChainID][]TargetID{testChain: members})
+	return newChains(t, replicas, map[routing.ChainID][]routing.TargetID{testChain: members})
 }
 
 // newChains is a cluster of nodes targets (one a node) in the given chains.
-func newChains(t *testing.T, nodes int, chains map[ChainID][]TargetID) *cluster {
+func newChains(t *testing.T, nodes int, chains map[routing.ChainID][]routing.TargetID) *cluster {
 	c := &cluster{t: t, net: faulty.New(local.NewNetwork(), 1)}
-	r := &Routing{Version: 1, Chains: map[ChainID]Chain{}, Targets: map[TargetID]Target{}}
+	r := &routing.Routing{Version: 1, Chains: map[routing.ChainID]routing.Chain{}, Targets: map[routing.TargetID]routing.Target{}}
 	for id, members := range chains {
-		r.Chains[id] = Chain{ID: id, Version: 1, Targets: members}
+		r.Chains[id] = routing.Chain{ID: id, Version: 1, Targets: members}
 	}
 	for i := 1; i <= nodes; i++ {
 		ep, err := c.net.Listen(fmt.Sprintf("node-%d", i))
@@ -63,11 +65,11 @@ func newChains(t *testing.T, nodes int, chains map[ChainID][]TargetID) *cluster 
 		t.Cleanup(func() { ep.Close() })
 		e := openTest(t, EngineConfig{})
 		c.eps, c.engines = append(c.eps, ep), append(c.engines, e)
-		r.Targets[TargetID(i)] = Target{ID: TargetID(i), Node: ep.ID(), State: Serving}
+		r.Targets[routing.TargetID(i)] = routing.Target{ID: routing.TargetID(i), Node: ep.ID(), State: routing.Serving}
 	}
-	c.routing = NewStaticRouting(r)
+	c.routing = routing.NewStaticRouting(r)
 	for i, ep := range c.eps {
-		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[TargetID]*Engine{TargetID(i + 1): c.engines[i]},
+		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*Engine{routing.TargetID(i + 1): c.engines[i]},
 			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: c.synced})
 		if err != nil {
 			t.Fatal(err)
@@ -79,14 +81,14 @@ func newChains(t *testing.T, nodes int, chains map[ChainID][]TargetID) *cluster 
 }
 
 // synced is mgmtd's part when a target has caught up: it serves again.
-func (c *cluster) synced(chain ChainID, target TargetID, chainVer uint64) error {
-	c.routing.Update(func(r *Routing) { r.SetServing(chain, target) })
+func (c *cluster) synced(chain routing.ChainID, target routing.TargetID, chainVer uint64) error {
+	c.routing.Update(func(r *routing.Routing) { r.SetServing(chain, target) })
 	return nil
 }
 
 // rejoin brings an offline target back at its chain's end, syncing.
-func (c *cluster) rejoin(target TargetID) {
-	c.routing.Update(func(r *Routing) { r.Rejoin(testChain, target) })
+func (c *cluster) rejoin(target routing.TargetID) {
+	c.routing.Update(func(r *routing.Routing) { r.Rejoin(testChain, target) })
 }
 
 // testClient is a storage client with a registered buffer.
@@ -116,7 +118,7 @@ func (tc *testClient) write(ctx context.Context, chunk ChunkID, off uint32, data
 	return tc.writeIn(ctx, testChain, chunk, off, data, full)
 }
 
-func (tc *testClient) writeIn(ctx context.Context, chain ChainID, chunk ChunkID, off uint32, data []byte, full bool) (uint64, error) {
+func (tc *testClient) writeIn(ctx context.Context, chain routing.ChainID, chunk ChunkID, off uint32, data []byte, full bool) (uint64, error) {
 	copy(tc.buf, data)
 	return tc.WriteRegistered(ctx, chain, chunk, off, full, tc.mr, 0, tc.buf[:len(data)])
 }
@@ -261,7 +263,7 @@ func TestChainFailover(t *testing.T) {
 			heal := c.net.Isolate(c.eps[victim-1].ID())
 			defer heal()
 			time.Sleep(100 * time.Millisecond) // writes stall on the dead target
-			c.routing.SetOffline(TargetID(victim))
+			c.routing.SetOffline(routing.TargetID(victim))
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
@@ -389,7 +391,7 @@ func linearizable(t *testing.T, victim int) {
 	time.Sleep(700 * time.Millisecond)
 	heal := c.net.Isolate(c.eps[victim-1].ID())
 	time.Sleep(100 * time.Millisecond)
-	c.routing.SetOffline(TargetID(victim))
+	c.routing.SetOffline(routing.TargetID(victim))
 	time.Sleep(700 * time.Millisecond)
 	close(stop)
 	wg.Wait()
@@ -462,14 +464,14 @@ func TestResync(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(30 * time.Second)
-	for c.routing.Routing().Targets[2].State != Serving {
+	for c.routing.Routing().Targets[2].State != routing.Serving {
 		if time.Now().After(deadline) {
 			t.Fatal("target 2 never finished syncing")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	<-done
-	if got := c.routing.Routing().Chains[testChain].Targets; !slices.Equal(got, []TargetID{1, 3, 2}) {
+	if got := c.routing.Routing().Chains[testChain].Targets; !slices.Equal(got, []routing.TargetID{1, 3, 2}) {
 		t.Fatalf("chain %v after resync", got)
 	}
 	for i := 0; i < chunks; i++ {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/routing"
+
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/fabric/faulty"
@@ -38,10 +40,10 @@ func chunkChains(t *testing.T, e *Engine) map[ChunkID]uint32 {
 // nor copy chain 3's chunks onto target 2. (Resync used to walk every chunk
 // of the predecessor's target, whatever its chain.)
 func TestResyncTouchesOnlyItsChain(t *testing.T) {
-	c := newChains(t, 3, map[ChainID][]TargetID{1: {1, 2}, 2: {2, 3}, 3: {1, 3}})
+	c := newChains(t, 3, map[routing.ChainID][]routing.TargetID{1: {1, 2}, 2: {2, 3}, 3: {1, 3}})
 	cl := c.client("client")
 	ctx := ctxT(t, 30*time.Second)
-	for chain := ChainID(1); chain <= 3; chain++ {
+	for chain := routing.ChainID(1); chain <= 3; chain++ {
 		for i := 0; i < 4; i++ {
 			id := ChunkID{Inode: uint64(chain) * 100, Index: uint32(i)}
 			if _, err := cl.writeIn(ctx, chain, id, 0, fabrictest.RandBytes(uint64(chain)*10+uint64(i), 8<<10), true); err != nil {
@@ -54,9 +56,9 @@ func TestResyncTouchesOnlyItsChain(t *testing.T) {
 	if _, err := cl.writeIn(ctx, 1, ChunkID{Inode: 100}, 0, []byte("newer"), true); err != nil {
 		t.Fatal(err)
 	}
-	c.routing.Update(func(r *Routing) { r.Rejoin(1, 2) })
+	c.routing.Update(func(r *routing.Routing) { r.Rejoin(1, 2) })
 	deadline := time.Now().Add(20 * time.Second)
-	for c.routing.Routing().Chains[1].State(2) != Serving {
+	for c.routing.Routing().Chains[1].State(2) != routing.Serving {
 		if time.Now().After(deadline) {
 			t.Fatal("target 2 never synced in chain 1")
 		}
@@ -92,7 +94,7 @@ func TestChainKeepsLastServing(t *testing.T) {
 	}
 	c.routing.SetOffline(1)
 	ch := c.routing.Routing().Chains[testChain]
-	if len(ch.Targets) != 1 || ch.Targets[0] != 1 || ch.State(1) != Offline {
+	if len(ch.Targets) != 1 || ch.Targets[0] != 1 || ch.State(1) != routing.Offline {
 		t.Fatalf("chain after every replica left: %v %v; want target 1 kept, offline", ch.Targets, ch.States)
 	}
 	short := ctxT(t, 300*time.Millisecond)
@@ -103,7 +105,7 @@ func TestChainKeepsLastServing(t *testing.T) {
 	c.rejoin(2)
 	c.rejoin(3)
 	time.Sleep(200 * time.Millisecond)
-	if st := c.routing.Routing().Chains[testChain].State(2); st != Syncing {
+	if st := c.routing.Routing().Chains[testChain].State(2); st != routing.Syncing {
 		t.Fatalf("target 2 is %v before the chain's source came back", st)
 	}
 	c.rejoin(1)
@@ -152,7 +154,7 @@ func TestRetryAppliedOnceAcrossRestart(t *testing.T) {
 	}
 	// The head restarts: a new node on the same engine, nothing in memory.
 	c.nodes[0].Close()
-	n, err := NewNode(NodeConfig{Endpoint: c.eps[0], Routing: c.routing, Targets: map[TargetID]*Engine{1: c.engines[0]},
+	n, err := NewNode(NodeConfig{Endpoint: c.eps[0], Routing: c.routing, Targets: map[routing.TargetID]*Engine{1: c.engines[0]},
 		Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: c.synced})
 	if err != nil {
 		t.Fatal(err)
@@ -249,10 +251,10 @@ func TestNodeNotReadyIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ep.Close() })
-	c.routing.Update(func(r *Routing) { r.Targets[1] = Target{ID: 1, Node: ep.ID(), State: Serving} })
+	c.routing.Update(func(r *routing.Routing) { r.Targets[1] = routing.Target{ID: 1, Node: ep.ID(), State: routing.Serving} })
 	var ready atomic.Bool
 	time.AfterFunc(300*time.Millisecond, func() {
-		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[TargetID]*Engine{1: c.engines[0]}, Logger: quiet,
+		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*Engine{1: c.engines[0]}, Logger: quiet,
 			Ready: func() error {
 				if !ready.Load() {
 					return fmt.Errorf("no lease yet: %w", ErrUnavailable)
@@ -301,7 +303,7 @@ func TestFullTargetFailsFast(t *testing.T) {
 	cl := c.client("client")
 	ctx := ctxT(t, 10*time.Second)
 	setFull := func(full bool) {
-		c.routing.Update(func(r *Routing) {
+		c.routing.Update(func(r *routing.Routing) {
 			t := r.Targets[2]
 			t.Full = full
 			r.Targets[2] = t
@@ -337,7 +339,7 @@ func TestResyncClearsStalePending(t *testing.T) {
 	c.routing.SetOffline(3)
 	c.rejoin(3)
 	deadline := time.Now().Add(20 * time.Second)
-	for c.routing.Routing().Chains[testChain].State(3) != Serving {
+	for c.routing.Routing().Chains[testChain].State(3) != routing.Serving {
 		if time.Now().After(deadline) {
 			t.Fatal("target 3 never synced")
 		}

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicefs/sluice/routing"
+
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/storagepb"
 )
@@ -25,9 +27,9 @@ type NodeConfig struct {
 	// Endpoint is the node's fabric endpoint. Required.
 	Endpoint fabric.Endpoint
 	// Routing says which chains the node's targets are in. Required.
-	Routing RoutingProvider
+	Routing routing.Provider
 	// Targets are the node's targets. Required.
-	Targets map[TargetID]*Engine
+	Targets map[routing.TargetID]*Engine
 	// Buffers and BufferSize make the budget for update data the node has
 	// pulled and not yet stored and forwarded: Buffers x BufferSize bytes,
 	// registered once (defaults 32 x 4 MiB). An update waits for a buffer;
@@ -42,7 +44,7 @@ type NodeConfig struct {
 	// sync, against version chainVer of the chain, so that mgmtd can let it
 	// serve (optional; mgmtd plugs in here).
 	// An error (the report was refused or lost) has the resync run again.
-	OnSynced func(chain ChainID, target TargetID, chainVer uint64) error
+	OnSynced func(chain routing.ChainID, target routing.TargetID, chainVer uint64) error
 	// Ready, if set, says whether the node may serve at all: nil while it
 	// holds a lease from mgmtd and its routing is as new as the lease's,
 	// else an error wrapping ErrUnavailable. A node that was paused or cut
@@ -58,7 +60,7 @@ type NodeConfig struct {
 type Node struct {
 	cfg     NodeConfig
 	ep      fabric.Endpoint
-	routing RoutingProvider
+	routing routing.Provider
 	log     *slog.Logger
 
 	bufs   []byte
@@ -129,26 +131,26 @@ func (n *Node) Close() error {
 // route checks that the node may serve, a request's chain version against
 // the node's routing, and that target is one of this node's targets in the
 // chain, and not one kept there while it was offline.
-func (n *Node) route(chainID uint32, chainVer uint64, target uint32) (Chain, *Engine, error) {
+func (n *Node) route(chainID uint32, chainVer uint64, target uint32) (routing.Chain, *Engine, error) {
 	if n.cfg.Ready != nil {
 		if err := n.cfg.Ready(); err != nil {
-			return Chain{}, nil, fmt.Errorf("target %d: %w", target, err)
+			return routing.Chain{}, nil, fmt.Errorf("target %d: %w", target, err)
 		}
 	}
 	r := n.routing.Routing()
-	c, ok := r.Chains[ChainID(chainID)]
+	c, ok := r.Chains[routing.ChainID(chainID)]
 	if !ok {
-		return Chain{}, nil, fmt.Errorf("%w: no chain %d", ErrStaleChainVersion, chainID)
+		return routing.Chain{}, nil, fmt.Errorf("%w: no chain %d", ErrStaleChainVersion, chainID)
 	}
 	if c.Version != chainVer {
-		return Chain{}, nil, fmt.Errorf("chain %d at version %d, request has %d: %w", chainID, c.Version, chainVer, ErrStaleChainVersion)
+		return routing.Chain{}, nil, fmt.Errorf("chain %d at version %d, request has %d: %w", chainID, c.Version, chainVer, ErrStaleChainVersion)
 	}
-	e := n.cfg.Targets[TargetID(target)]
-	if _, _, in := c.position(TargetID(target)); !in || e == nil {
-		return Chain{}, nil, fmt.Errorf("target %d not in chain %d v%d here: %w", target, chainID, chainVer, ErrStaleChainVersion)
+	e := n.cfg.Targets[routing.TargetID(target)]
+	if _, _, in := c.Position(routing.TargetID(target)); !in || e == nil {
+		return routing.Chain{}, nil, fmt.Errorf("target %d not in chain %d v%d here: %w", target, chainID, chainVer, ErrStaleChainVersion)
 	}
-	if c.State(TargetID(target)) == Offline {
-		return Chain{}, nil, fmt.Errorf("target %d is offline in chain %d: %w", target, chainID, ErrUnavailable)
+	if c.State(routing.TargetID(target)) == routing.Offline {
+		return routing.Chain{}, nil, fmt.Errorf("target %d is offline in chain %d: %w", target, chainID, ErrUnavailable)
 	}
 	return c, e, nil
 }
@@ -206,10 +208,10 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 		return nil, err
 	}
 	if req.UpdateVer == 0 {
-		if chain.Targets[0] != TargetID(req.Target) {
+		if chain.Targets[0] != routing.TargetID(req.Target) {
 			return nil, fmt.Errorf("chain %d: target %d: %w", req.Chain, req.Target, ErrNotHead)
 		}
-		if st := chain.State(TargetID(req.Target)); st != Serving {
+		if st := chain.State(routing.TargetID(req.Target)); st != routing.Serving {
 			return nil, fmt.Errorf("chain %d: head %d is %v: %w", req.Chain, req.Target, st, ErrUnavailable)
 		}
 		// A client's retry of an update already done gets the same answer.
@@ -229,7 +231,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	}
 	defer func() { n.free <- slot }()
 	id := ChunkFromProto(req.Chunk)
-	self := TargetID(req.Target)
+	self := routing.TargetID(req.Target)
 	unlock := n.chunks.lock(lockKey{self, id})
 	defer unlock()
 	chain, e, err := n.route(req.Chain, req.ChainVer, req.Target)
@@ -263,7 +265,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 	// A tail commits as it stores; others store pending until their
 	// successor has committed, and finish writing the data while the
 	// successors store (see the package doc for what is durable when).
-	_, succ, _ := chain.position(self)
+	_, succ, _ := chain.Position(self)
 	sr := storeRequest{id: id, ver: ver, off: req.Offset, data: data, full: req.FullChunk,
 		chainVer: chain.Version, commit: succ == 0, want: &req.Crc, deferSync: true,
 		chain: req.Chain, client: req.Client, seq: req.Seq}
@@ -340,7 +342,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 // for the chain's committed version (a tail, a resync's source). The
 // version was never acknowledged, so it may take effect now; a reader may
 // even have seen it already, at a tail that then left the chain.
-func (n *Node) settlePending(ctx context.Context, chain Chain, self TargetID, e *Engine, id ChunkID) error {
+func (n *Node) settlePending(ctx context.Context, chain routing.Chain, self routing.TargetID, e *Engine, id ChunkID) error {
 	m, err := e.Meta(id)
 	if err != nil {
 		return err
@@ -386,7 +388,7 @@ func (n *Node) settlePending(ctx context.Context, chain Chain, self TargetID, e 
 // is its chain's serving tail and finds a pending version: its committed
 // version is the chain's, and the pending one may already have been
 // committed (and read) at a tail that left.
-func (n *Node) settleAtTail(ctx context.Context, chain Chain, self TargetID, e *Engine, id ChunkID) (*storagepb.ChunkMeta, error) {
+func (n *Node) settleAtTail(ctx context.Context, chain routing.Chain, self routing.TargetID, e *Engine, id ChunkID) (*storagepb.ChunkMeta, error) {
 	unlock := n.chunks.lock(lockKey{self, id})
 	defer unlock()
 	if err := n.settlePending(ctx, chain, self, e, id); err != nil {
@@ -404,7 +406,7 @@ func (n *Node) remote(slot int, length uint32) *storagepb.RemoteBuf {
 // against new routing when the successor fails, until the successor
 // acknowledges or target is the tail. A syncing successor gets the update
 // as a full chunk, built by full.
-func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.UpdateRequest, full func() (*storagepb.UpdateRequest, func(), error)) error {
+func (n *Node) forward(ctx context.Context, self routing.TargetID, req *storagepb.UpdateRequest, full func() (*storagepb.UpdateRequest, func(), error)) error {
 	var fullReq *storagepb.UpdateRequest
 	var releaseFull func()
 	defer func() {
@@ -413,9 +415,9 @@ func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.Update
 		}
 	}()
 	diverged := false
-	return n.toSuccessor(ctx, self, ChainID(req.Chain), func(ctx context.Context, c Chain, succ Target) error {
+	return n.toSuccessor(ctx, self, routing.ChainID(req.Chain), func(ctx context.Context, c routing.Chain, succ routing.Target) error {
 		send := req
-		if (c.State(succ.ID) == Syncing || diverged) && !req.FullChunk {
+		if (c.State(succ.ID) == routing.Syncing || diverged) && !req.FullChunk {
 			if fullReq == nil {
 				fr, release, err := full()
 				if err != nil {
@@ -441,12 +443,12 @@ func (n *Node) forward(ctx context.Context, self TargetID, req *storagepb.Update
 // toSuccessor runs send against self's successor in chain, retrying along
 // new routing when it fails with something new routing may cure, until it
 // succeeds or self is the tail (then there is nothing to send).
-func (n *Node) toSuccessor(ctx context.Context, self TargetID, chain ChainID, send func(context.Context, Chain, Target) error) error {
+func (n *Node) toSuccessor(ctx context.Context, self routing.TargetID, chain routing.ChainID, send func(context.Context, routing.Chain, routing.Target) error) error {
 	for {
 		changed := n.routing.Changed()
 		r := n.routing.Routing()
 		c, ok := r.Chains[chain]
-		_, succ, in := c.position(self)
+		_, succ, in := c.Position(self)
 		if !ok || !in {
 			return fmt.Errorf("target %d left chain %d: %w", self, chain, ErrStaleChainVersion)
 		}
@@ -483,9 +485,9 @@ func (n *Node) remove(ctx context.Context, peer fabric.NodeID, req *storagepb.Re
 	if err != nil {
 		return nil, err
 	}
-	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
+	unlock := n.chunks.lock(lockKey{routing.TargetID(req.Target), id})
 	defer unlock()
-	err = n.toSuccessor(ctx, TargetID(req.Target), ChainID(req.Chain), func(ctx context.Context, c Chain, succ Target) error {
+	err = n.toSuccessor(ctx, routing.TargetID(req.Target), routing.ChainID(req.Chain), func(ctx context.Context, c routing.Chain, succ routing.Target) error {
 		fwd := &storagepb.RemoveRequest{Chain: req.Chain, ChainVer: c.Version, Target: uint32(succ.ID), Chunk: req.Chunk}
 		var resp storagepb.RemoveReply
 		return n.ep.Call(ctx, succ.Node, MethodRemove, fwd, &resp)
@@ -591,8 +593,8 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	self := TargetID(e.Target)
-	if st := chain.State(self); st != Serving {
+	self := routing.TargetID(e.Target)
+	if st := chain.State(self); st != routing.Serving {
 		return nil, nil, 0, 0, fmt.Errorf("target %d is %v in chain %d: %w", e.Target, st, e.Chain, ErrUnavailable)
 	}
 	id := entryChunk(e)
@@ -646,7 +648,7 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 
 // queryTail asks the chain's serving tail for its committed version of
 // the chunk and that version's CRC.
-func (n *Node) queryTail(ctx context.Context, c Chain, chunk *storagepb.ChunkID) (uint64, uint32, error) {
+func (n *Node) queryTail(ctx context.Context, c routing.Chain, chunk *storagepb.ChunkID) (uint64, uint32, error) {
 	r := n.routing.Routing()
 	tail := servingTail(c)
 	node := r.Targets[tail].Node
@@ -668,7 +670,7 @@ func (n *Node) query(ctx context.Context, peer fabric.NodeID, req *storagepb.Que
 	if err != nil {
 		return nil, err
 	}
-	self := TargetID(req.Target)
+	self := routing.TargetID(req.Target)
 	if servingTail(chain) != self {
 		return nil, fmt.Errorf("target %d is not chain %d's serving tail: %w", self, req.Chain, ErrStaleChainVersion)
 	}
@@ -686,7 +688,7 @@ func (n *Node) query(ctx context.Context, peer fabric.NodeID, req *storagepb.Que
 
 // lockKey names one target's copy of a chunk.
 type lockKey struct {
-	target TargetID
+	target routing.TargetID
 	chunk  ChunkID
 }
 

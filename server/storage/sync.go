@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicefs/sluice/routing"
+
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/storagepb"
 )
@@ -30,13 +32,13 @@ const (
 )
 
 type syncKey struct {
-	chain  ChainID
-	target TargetID
+	chain  routing.ChainID
+	target routing.TargetID
 }
 
 // servingTail is the last serving target of c: the one whose committed
 // versions are the chain's (a syncing target after it may lag).
-func servingTail(c Chain) TargetID {
+func servingTail(c routing.Chain) routing.TargetID {
 	if s := c.Serving(); len(s) > 0 {
 		return s[len(s)-1]
 	}
@@ -53,7 +55,7 @@ func (n *Node) watchRouting() {
 		for _, c := range r.Chains {
 			for i := 1; i < len(c.Targets); i++ {
 				succ, pred := c.Targets[i], c.Targets[i-1]
-				if c.State(succ) != Syncing || n.cfg.Targets[pred] == nil || c.State(pred) != Serving {
+				if c.State(succ) != routing.Syncing || n.cfg.Targets[pred] == nil || c.State(pred) != routing.Serving {
 					continue
 				}
 				n.startSync(c.ID, pred, succ)
@@ -67,7 +69,7 @@ func (n *Node) watchRouting() {
 	}
 }
 
-func (n *Node) startSync(chain ChainID, self, succ TargetID) {
+func (n *Node) startSync(chain routing.ChainID, self, succ routing.TargetID) {
 	k := syncKey{chain, succ}
 	n.syncMu.Lock()
 	defer n.syncMu.Unlock()
@@ -107,7 +109,7 @@ var errSyncNotNeeded = errors.New("target no longer syncing behind us")
 
 // syncTarget brings succ in line with self's committed chunks of the
 // chain, and returns the chain's version it did so at.
-func (n *Node) syncTarget(ctx context.Context, chainID ChainID, self, succ TargetID) (uint64, error) {
+func (n *Node) syncTarget(ctx context.Context, chainID routing.ChainID, self, succ routing.TargetID) (uint64, error) {
 	chain, node, err := n.syncRoute(chainID, self, succ)
 	if err != nil {
 		return 0, err
@@ -161,19 +163,19 @@ func (n *Node) syncTarget(ctx context.Context, chainID ChainID, self, succ Targe
 }
 
 // syncRoute checks that succ still syncs right behind self.
-func (n *Node) syncRoute(chainID ChainID, self, succ TargetID) (Chain, fabric.NodeID, error) {
+func (n *Node) syncRoute(chainID routing.ChainID, self, succ routing.TargetID) (routing.Chain, fabric.NodeID, error) {
 	r := n.routing.Routing()
 	c := r.Chains[chainID]
 	i := slices.Index(c.Targets, self)
-	if i < 0 || i+1 >= len(c.Targets) || c.Targets[i+1] != succ || c.State(succ) != Syncing || c.State(self) != Serving {
-		return Chain{}, "", errSyncNotNeeded
+	if i < 0 || i+1 >= len(c.Targets) || c.Targets[i+1] != succ || c.State(succ) != routing.Syncing || c.State(self) != routing.Serving {
+		return routing.Chain{}, "", errSyncNotNeeded
 	}
 	return c, r.Targets[succ].Node, nil
 }
 
 // syncChunk makes succ's copy of id match self's committed version (or
 // removes it), under the chunk's lock.
-func (n *Node) syncChunk(ctx context.Context, chainID ChainID, self, succ TargetID, id ChunkID, theirs *storagepb.SyncEntry) error {
+func (n *Node) syncChunk(ctx context.Context, chainID routing.ChainID, self, succ routing.TargetID, id ChunkID, theirs *storagepb.SyncEntry) error {
 	unlock := n.chunks.lock(lockKey{self, id})
 	defer unlock()
 	chain, node, err := n.syncRoute(chainID, self, succ)
@@ -269,7 +271,7 @@ func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb
 		if m, err := e.Meta(id); err != nil || m.Chain != req.Chain {
 			return &storagepb.SyncWriteReply{}, err // not this chain's chunk: left alone
 		}
-		unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
+		unlock := n.chunks.lock(lockKey{routing.TargetID(req.Target), id})
 		defer unlock()
 		return &storagepb.SyncWriteReply{}, e.Remove(id)
 	}
@@ -281,7 +283,7 @@ func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb
 	if CRC(data) != req.Crc {
 		return nil, fmt.Errorf("sync of chunk %v: pulled bytes: %w", id, ErrChecksum)
 	}
-	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
+	unlock := n.chunks.lock(lockKey{routing.TargetID(req.Target), id})
 	defer unlock()
 	return &storagepb.SyncWriteReply{}, e.Replace(id, req.Chain, req.Ver, data, req.Applied)
 }

@@ -1,4 +1,4 @@
-package mgmtd
+package routing
 
 import (
 	"context"
@@ -46,7 +46,7 @@ func TestWatchReopensASilentStream(t *testing.T) {
 	c := &silentFirst{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	w, err := WatchRouting(ctx, c, nil)
+	w, err := Watch(ctx, c, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package storage
+package routing
 
 import (
 	"encoding/json"
@@ -70,17 +70,17 @@ type Routing struct {
 	Targets map[TargetID]Target
 }
 
-// RoutingProvider supplies the current routing and says when it changes.
+// Provider supplies the current routing and says when it changes.
 // mgmtd is the real one; StaticRouting serves tests and the embedded
 // cluster until mgmtd runs.
-type RoutingProvider interface {
+type Provider interface {
 	// Routing returns the current routing; callers must not modify it.
 	Routing() *Routing
 	// Changed returns a channel closed at the next change.
 	Changed() <-chan struct{}
 }
 
-// StaticRouting is a RoutingProvider changed by hand.
+// StaticRouting is a Provider changed by hand.
 type StaticRouting struct {
 	mu      sync.Mutex
 	r       *Routing
@@ -276,9 +276,9 @@ func (c *Chain) Synced(target TargetID) bool {
 	return true
 }
 
-// position reports where target sits in chain c: its index, its successor
+// Position reports where target sits in chain c: its index, its successor
 // (0 when it is the tail) and whether it is in the chain at all.
-func (c Chain) position(target TargetID) (int, TargetID, bool) {
+func (c Chain) Position(target TargetID) (int, TargetID, bool) {
 	i := slices.Index(c.Targets, target)
 	if i < 0 {
 		return -1, 0, false
@@ -297,7 +297,7 @@ func (c Chain) Tail() TargetID {
 	return c.Targets[len(c.Targets)-1]
 }
 
-// FileRouting is a RoutingProvider that reads the routing from a JSON file
+// FileRouting is a Provider that reads the routing from a JSON file
 // and watches it for changes: how separate storage processes share a
 // routing until mgmtd serves it. WriteRoutingFile replaces the file
 // atomically.
