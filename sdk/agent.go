@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
-	"github.com/sluicefs/sluice/server/storage"
 	"github.com/sluicefs/sluice/shmring"
 )
 
@@ -215,7 +215,7 @@ func (ac *agentClient) Serve(ctx context.Context, es []shmring.Entry, cs []shmri
 				c := &cs[writeAt[k]]
 				if c.Status = errnoOf(err); c.Status == 0 {
 					w := writes[k]
-					c.Length, c.CRC = uint32(w.N), storage.CRC(ac.iov.B[w.BufOff:w.BufOff+w.N])
+					c.Length, c.CRC = uint32(w.N), chunkio.CRC(ac.iov.B[w.BufOff:w.BufOff+w.N])
 				}
 			}
 		})
@@ -273,7 +273,7 @@ func errnoOf(err error) int32 {
 		e = unix.ECANCELED
 	case errors.Is(err, context.DeadlineExceeded):
 		e = unix.ETIMEDOUT
-	case errors.Is(err, storage.ErrUnavailable):
+	case errors.Is(err, chunkio.ErrUnavailable):
 		e = unix.EAGAIN
 	default:
 		e = unix.EIO

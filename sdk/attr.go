@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/server/meta"
-	"github.com/sluicefs/sluice/server/storage"
 )
 
 // Conditions callers branch on, beside ErrNotExist and ErrExist; the
@@ -20,8 +20,8 @@ var (
 	ErrNameTooLong = meta.ErrNameTooLong
 	ErrLoop        = meta.ErrLoop // a directory moved into itself
 	ErrStale       = meta.ErrStale
-	ErrNoSpace     = storage.ErrNoSpace
-	ErrUnavailable = storage.ErrUnavailable // a chain with no serving replica
+	ErrNoSpace     = chunkio.ErrNoSpace
+	ErrUnavailable = chunkio.ErrUnavailable // a chain with no serving replica
 )
 
 // SetAttr says which attributes Setattr changes; nil ones stay.
@@ -207,7 +207,7 @@ func (f *File) trim(ctx context.Context, size, old uint64) error {
 	cctx, done := f.c.call(ctx)
 	defer done()
 	for i := next; i < (old+cs-1)/cs; i++ {
-		if err := f.c.store.Remove(cctx, f.chain(i), storage.ChunkID{Inode: f.in.Ino, Index: uint32(i)}); err != nil {
+		if err := f.c.store.Remove(cctx, f.chain(i), chunkio.ID{Inode: f.in.Ino, Index: uint32(i)}); err != nil {
 			return err
 		}
 	}

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/routing"
-	"github.com/sluicefs/sluice/server/storage"
 )
 
 // WriteOp is one range of a batched write: N bytes of Buf at BufOff into
@@ -52,7 +52,7 @@ func firstOpError(what string, errs []error) error {
 // one or more ops (adjacent ones merged).
 type chunkWrite struct {
 	chain    routing.ChainID
-	chunk    storage.ChunkID
+	chunk    chunkio.ID
 	chunkOff uint32
 	buf      *Buffer
 	bufOff   int
@@ -94,13 +94,13 @@ func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
 				last.ops = append(last.ops, i)
 				continue
 			}
-			byChunk[k] = append(list, &chunkWrite{chain: f.chain(pc.index), chunk: storage.ChunkID{Inode: f.in.Ino, Index: uint32(pc.index)},
+			byChunk[k] = append(list, &chunkWrite{chain: f.chain(pc.index), chunk: chunkio.ID{Inode: f.in.Ino, Index: uint32(pc.index)},
 				chunkOff: pc.chunkOff, buf: op.Buf, bufOff: bufOff, n: pc.n, ops: []int{i}})
 		}
 	}
 
 	// Group the chunks by their chain's head as routing says now; a chunk
-	// whose head moves meanwhile is still written (storage.Client follows
+	// whose head moves meanwhile is still written (chunkio.Client follows
 	// the routing), just not in the group it was counted in.
 	r := c.routing.Routing()
 	byNode := map[fabric.NodeID][][]*chunkWrite{}
@@ -221,7 +221,7 @@ type readResult struct {
 // path, so one bad node does not fail the batch.
 func (c *Client) readOps(ctx context.Context, ops []ReadOp) []readResult {
 	res := make([]readResult, len(ops))
-	var reads []storage.BatchRead
+	var reads []chunkio.BatchRead
 	var owner []int // op of each read
 	for i, op := range ops {
 		if res[i].Err = checkRead(op); res[i].Err != nil {
@@ -229,8 +229,8 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp) []readResult {
 		}
 		res[i].N = int(min(int64(op.N), max(0, op.File.Size()-op.Off)))
 		for _, pc := range op.File.pieces(op.Off, res[i].N, maxPiece) {
-			reads = append(reads, storage.BatchRead{Chain: op.File.chain(pc.index),
-				Chunk: storage.ChunkID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
+			reads = append(reads, chunkio.BatchRead{Chain: op.File.chain(pc.index),
+				Chunk: chunkio.ID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
 				Dst: op.Buf.mr.Remote(op.BufOff+pc.off, pc.n), N: -1}) // N stays -1 if its node never answered
 			owner = append(owner, i)
 		}
@@ -248,7 +248,7 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp) []readResult {
 		off := int(rd.Dst.Offset)
 		dst := op.Buf.B[off : off+int(rd.Dst.Len)]
 		op.Buf.mr.Fence()
-		if rd.Err != nil || rd.N < 0 || rd.N > len(dst) || storage.CRC(dst[:rd.N]) != rd.CRC {
+		if rd.Err != nil || rd.N < 0 || rd.N > len(dst) || chunkio.CRC(dst[:rd.N]) != rd.CRC {
 			var err error
 			rd.N, _, err = c.store.ReadRegistered(ctx, rd.Chain, rd.Chunk, rd.Offset, op.Buf.mr, off, dst, false)
 			if err != nil {
@@ -260,7 +260,7 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp) []readResult {
 	}
 	for i, op := range ops {
 		if res[i].Err == nil {
-			res[i].CRC = storage.CRC(op.Buf.B[op.BufOff : op.BufOff+res[i].N])
+			res[i].CRC = chunkio.CRC(op.Buf.B[op.BufOff : op.BufOff+res[i].N])
 		}
 	}
 	return res

@@ -8,8 +8,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
-	"github.com/sluicefs/sluice/server/storage"
 )
 
 // TestWriteBatch: many ops over many files in one call — partial chunks,
@@ -166,7 +166,7 @@ func TestReadOps(t *testing.T) {
 		}
 		got := buf.B[op.BufOff : op.BufOff+res[i].N]
 		from := min(op.Off, int64(len(data)))
-		if !bytes.Equal(got, data[from:from+int64(res[i].N)]) || res[i].CRC != storage.CRC(got) {
+		if !bytes.Equal(got, data[from:from+int64(res[i].N)]) || res[i].CRC != chunkio.CRC(got) {
 			t.Fatalf("op %d: bytes or CRC wrong", i)
 		}
 	}

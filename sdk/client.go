@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/tcp"
 	"github.com/sluicefs/sluice/proto/metapb"
@@ -25,7 +26,6 @@ import (
 	"github.com/sluicefs/sluice/server/cluster"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/rpc"
-	"github.com/sluicefs/sluice/server/storage"
 )
 
 // Config says which cluster to use. Empty fields come from the environment:
@@ -57,7 +57,7 @@ type Client struct {
 	cancel  context.CancelFunc
 	routing *routing.WatchedRouting
 	ep      fabric.Endpoint
-	store   *storage.Client
+	store   *chunkio.Client
 	id      uint64
 	seq     atomic.Uint64
 	log     *slog.Logger
@@ -110,7 +110,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if c.ep, err = tr.Dialer("sdk"); err != nil {
 		return fail(err)
 	}
-	c.store = storage.NewClient(c.ep, c.routing)
+	c.store = chunkio.NewClient(c.ep, c.routing)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -370,7 +370,7 @@ type ReadOp struct {
 // on its own through the retrying path, so a failover does not fail the
 // batch. It returns the first failure that remains.
 func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
-	reads := make([]storage.BatchRead, 0, len(ops))
+	reads := make([]chunkio.BatchRead, 0, len(ops))
 	type span struct {
 		buf      *Buffer
 		off, end int
@@ -385,8 +385,8 @@ func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
 		}
 		n := int(min(int64(op.N), max(0, op.File.Size()-op.Off)))
 		for _, pc := range op.File.pieces(op.Off, n, maxPiece) {
-			reads = append(reads, storage.BatchRead{Chain: op.File.chain(pc.index),
-				Chunk: storage.ChunkID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
+			reads = append(reads, chunkio.BatchRead{Chain: op.File.chain(pc.index),
+				Chunk: chunkio.ID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
 				Dst: op.Buf.mr.Remote(op.BufOff+pc.off, pc.n), N: -1}) // N stays -1 if its node never answered
 			spans = append(spans, span{op.Buf, op.BufOff + pc.off, op.BufOff + pc.off + pc.n})
 		}
@@ -403,7 +403,7 @@ func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
 			s.buf.mr.Fence()
 			fenced = s.buf
 		}
-		if r.Err != nil || r.N < 0 || r.N > s.end-s.off || storage.CRC(s.buf.B[s.off:s.off+r.N]) != r.CRC {
+		if r.Err != nil || r.N < 0 || r.N > s.end-s.off || chunkio.CRC(s.buf.B[s.off:s.off+r.N]) != r.CRC {
 			n, _, err := c.store.ReadRegistered(cctx, r.Chain, r.Chunk, r.Offset, s.buf.mr, s.off, s.buf.B[s.off:s.end], false)
 			if err != nil {
 				return fmt.Errorf("read batch: %w", err)

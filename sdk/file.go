@@ -7,10 +7,10 @@ import (
 	"io"
 	"sync"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/server/meta"
-	"github.com/sluicefs/sluice/server/storage"
 )
 
 // piece is the part of a file range inside one chunk.
@@ -61,8 +61,8 @@ func (f *File) chain(index uint64) routing.ChainID {
 	return routing.ChainID(meta.ChunkChain(f.chains, f.in.Layout, f.in.Ino, index))
 }
 
-func (f *File) chunk(index uint64) storage.ChunkID {
-	return storage.ChunkID{Inode: f.in.Ino, Index: uint32(index)}
+func (f *File) chunk(index uint64) chunkio.ID {
+	return chunkio.ID{Inode: f.in.Ino, Index: uint32(index)}
 }
 
 // eachPiece registers b with the data plane for the duration (access

@@ -33,6 +33,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/local"
 	"github.com/sluicefs/sluice/fabric/tcp"
@@ -216,7 +217,7 @@ func (c *Control) collect(ctx context.Context, tr fabric.Transport, cfg ControlC
 		return
 	}
 	defer ep.Close()
-	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: storage.NewClient(ep, rt), Map: c.replica.ClusterMap}, cfg.CollectDelay, cfg.Logger)
+	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: chunkio.NewClient(ep, rt), Map: c.replica.ClusterMap}, cfg.CollectDelay, cfg.Logger)
 	c.collector.Store(col)
 	col.Run(ctx, min(10*time.Second, max(cfg.CollectDelay, time.Second)))
 }
@@ -331,21 +332,21 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	ready := func() error {
 		a := agentp.Load()
 		if a == nil {
-			return fmt.Errorf("node starting: %w", storage.ErrUnavailable)
+			return fmt.Errorf("node starting: %w", chunkio.ErrUnavailable)
 		}
 		until, ver := a.Lease()
 		if time.Now().After(until) {
-			return fmt.Errorf("no lease from mgmtd: %w", storage.ErrUnavailable)
+			return fmt.Errorf("no lease from mgmtd: %w", chunkio.ErrUnavailable)
 		}
 		if have := late.Routing().Version; have < ver {
-			return fmt.Errorf("routing at map version %d, the lease's is %d: %w", have, ver, storage.ErrUnavailable)
+			return fmt.Errorf("routing at map version %d, the lease's is %d: %w", have, ver, chunkio.ErrUnavailable)
 		}
 		return nil
 	}
 	onSynced := func(chain routing.ChainID, target routing.TargetID, chainVer uint64) error {
 		a := agentp.Load()
 		if a == nil {
-			return fmt.Errorf("node starting: %w", storage.ErrUnavailable)
+			return fmt.Errorf("node starting: %w", chunkio.ErrUnavailable)
 		}
 		return a.OnSynced(chain, target, chainVer)
 	}

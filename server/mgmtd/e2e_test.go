@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/fabric/faulty"
@@ -85,12 +86,12 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	defer cep.Close()
 	buf := make([]byte, 1<<20)
 	mr, _ := cep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
-	cl := storage.NewClient(cep, rt)
+	cl := chunkio.NewClient(cep, rt)
 	cl.AttemptTimeout = 500 * time.Millisecond
 	write := func(i int) {
 		data := fabrictest.RandBytes(uint64(i), 32<<10)
 		copy(buf, data)
-		if _, err := cl.WriteRegistered(ctx, 1, storage.ChunkID{Inode: 9, Index: uint32(i % 5)}, 0, true, mr, 0, buf[:len(data)]); err != nil {
+		if _, err := cl.WriteRegistered(ctx, 1, chunkio.ID{Inode: 9, Index: uint32(i % 5)}, 0, true, mr, 0, buf[:len(data)]); err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
@@ -125,7 +126,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 		var first []byte
 		for i, n := range nodes {
 			got := make([]byte, 1<<20)
-			k, _, err := n.eng.Read(storage.ChunkID{Inode: 9, Index: uint32(c)}, 0, got)
+			k, _, err := n.eng.Read(chunkio.ID{Inode: 9, Index: uint32(c)}, 0, got)
 			if err != nil {
 				t.Fatalf("target %d chunk %d: %v", i, c, err)
 			}
@@ -147,7 +148,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	for i := uint64(0); i < 3; i++ {
 		chain := meta.ChunkChain(m.Tables[0].Chains, file.Layout, file.Ino, i)
 		copy(buf, "chunk")
-		if _, err := cl.WriteRegistered(ctx, routing.ChainID(chain), storage.ChunkID{Inode: file.Ino, Index: uint32(i)}, 0, true, mr, 0, buf[:5]); err != nil {
+		if _, err := cl.WriteRegistered(ctx, routing.ChainID(chain), chunkio.ID{Inode: file.Ino, Index: uint32(i)}, 0, true, mr, 0, buf[:5]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -160,7 +161,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	}
 	for i, n := range nodes {
 		for c := uint32(0); c < 3; c++ {
-			if _, _, err := n.eng.Read(storage.ChunkID{Inode: file.Ino, Index: c}, 0, make([]byte, 8)); !errors.Is(err, storage.ErrNotFound) {
+			if _, _, err := n.eng.Read(chunkio.ID{Inode: file.Ino, Index: c}, 0, make([]byte, 8)); !errors.Is(err, chunkio.ErrNotFound) {
 				t.Fatalf("target %d still holds chunk %d of the collected file: %v", i, c, err)
 			}
 		}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/sluicefs/sluice/routing"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -150,14 +152,14 @@ func BenchmarkChainWrite(b *testing.B) {
 				b.Cleanup(func() { ep.Close() })
 				buf := fabrictest.RandBytes(uint64(w), size)
 				mr, _ := ep.RegisterMemory(buf, fabric.AccessRemoteRead)
-				clients = append(clients, &testClient{Client: NewClient(ep, rt), buf: buf, mr: mr})
+				clients = append(clients, &testClient{Client: chunkio.NewClient(ep, rt), buf: buf, mr: mr})
 			}
 			ctx := context.Background()
 			var writes [benchParallel]int
 			op := func(w int) {
 				cl := clients[w]
 				writes[w]++
-				chunk := ChunkID{Inode: uint64(w + 1), Index: uint32(writes[w] % benchChunks)}
+				chunk := chunkio.ID{Inode: uint64(w + 1), Index: uint32(writes[w] % benchChunks)}
 				if _, err := cl.WriteRegistered(ctx, testChain, chunk, 0, true, cl.mr, 0, cl.buf); err != nil {
 					b.Fatal(err)
 				}
@@ -182,17 +184,17 @@ func BenchmarkChainRead(b *testing.B) {
 	b.Cleanup(func() { ep.Close() })
 	buf := make([]byte, 2<<20)
 	mr, _ := ep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
-	cl := &testClient{Client: NewClient(ep, rt), buf: buf, mr: mr}
+	cl := &testClient{Client: chunkio.NewClient(ep, rt), buf: buf, mr: mr}
 	ctx := context.Background()
 	for i := 0; i < 4; i++ {
-		if _, err := cl.write(ctx, ChunkID{Inode: 1, Index: uint32(i)}, 0, fabrictest.RandBytes(uint64(i), 1<<20), true); err != nil {
+		if _, err := cl.write(ctx, chunkio.ID{Inode: 1, Index: uint32(i)}, 0, fabrictest.RandBytes(uint64(i), 1<<20), true); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.Run("size=1MiB", func(b *testing.B) {
 		const size = 1 << 20
 		op := func() {
-			if n, _, err := cl.ReadRegistered(ctx, testChain, ChunkID{Inode: 1, Index: 0}, 0, mr, 0, buf[:size], false); err != nil || n != size {
+			if n, _, err := cl.ReadRegistered(ctx, testChain, chunkio.ID{Inode: 1, Index: 0}, 0, mr, 0, buf[:size], false); err != nil || n != size {
 				b.Fatalf("read: %d %v", n, err)
 			}
 		}
@@ -206,7 +208,7 @@ func BenchmarkChainRead(b *testing.B) {
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			var resp storagepb.ReadReply
-			if err := ep.Call(ctx, node, MethodRead, req, &resp); err != nil {
+			if err := ep.Call(ctx, node, chunkio.MethodRead, req, &resp); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/sluicefs/sluice/routing"
 
 	"github.com/anishathalye/porcupine"
@@ -93,7 +95,8 @@ func (c *cluster) rejoin(target routing.TargetID) {
 
 // testClient is a storage client with a registered buffer.
 type testClient struct {
-	*Client
+	*chunkio.Client
+	ep  fabric.Endpoint
 	buf []byte
 	mr  fabric.MR
 }
@@ -109,21 +112,21 @@ func (c *cluster) client(name string) *testClient {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cl := NewClient(ep, c.routing)
+	cl := chunkio.NewClient(ep, c.routing)
 	cl.AttemptTimeout = 500 * time.Millisecond
-	return &testClient{Client: cl, buf: buf, mr: mr}
+	return &testClient{Client: cl, ep: ep, buf: buf, mr: mr}
 }
 
-func (tc *testClient) write(ctx context.Context, chunk ChunkID, off uint32, data []byte, full bool) (uint64, error) {
+func (tc *testClient) write(ctx context.Context, chunk chunkio.ID, off uint32, data []byte, full bool) (uint64, error) {
 	return tc.writeIn(ctx, testChain, chunk, off, data, full)
 }
 
-func (tc *testClient) writeIn(ctx context.Context, chain routing.ChainID, chunk ChunkID, off uint32, data []byte, full bool) (uint64, error) {
+func (tc *testClient) writeIn(ctx context.Context, chain routing.ChainID, chunk chunkio.ID, off uint32, data []byte, full bool) (uint64, error) {
 	copy(tc.buf, data)
 	return tc.WriteRegistered(ctx, chain, chunk, off, full, tc.mr, 0, tc.buf[:len(data)])
 }
 
-func (tc *testClient) read(ctx context.Context, chunk ChunkID, off uint32, n int) ([]byte, uint64, error) {
+func (tc *testClient) read(ctx context.Context, chunk chunkio.ID, off uint32, n int) ([]byte, uint64, error) {
 	half := len(tc.buf) / 2
 	got, ver, err := tc.ReadRegistered(ctx, testChain, chunk, off, tc.mr, half, tc.buf[half:half+n], false)
 	if err != nil {
@@ -140,7 +143,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 // sameReplicas checks that every target in the chain holds the chunk's same
 // committed version and bytes.
-func (c *cluster) sameReplicas(chunk ChunkID) {
+func (c *cluster) sameReplicas(chunk chunkio.ID) {
 	c.t.Helper()
 	var first []byte
 	var firstVer uint64
@@ -148,7 +151,7 @@ func (c *cluster) sameReplicas(chunk ChunkID) {
 		e := c.engines[tid-1]
 		buf := make([]byte, 1<<20)
 		n, v, err := e.Read(chunk, 0, buf)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, chunkio.ErrNotFound) {
 			n, v, err = 0, &storagepb.Version{}, nil
 		}
 		if err != nil {
@@ -168,7 +171,7 @@ func TestChainWriteRead(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 30*time.Second)
-	chunk := ChunkID{Inode: 100, Index: 0}
+	chunk := chunkio.ID{Inode: 100, Index: 0}
 	a := fabrictest.RandBytes(1, 300<<10)
 	if v, err := cl.write(ctx, chunk, 0, a, true); err != nil || v != 1 {
 		t.Fatalf("write: version %d, %v", v, err)
@@ -187,7 +190,7 @@ func TestChainWriteRead(t *testing.T) {
 	}
 	c.sameReplicas(chunk)
 	// A chunk never written reads as empty.
-	if got, _, err := cl.read(ctx, ChunkID{Inode: 101}, 0, 100); err != nil || len(got) != 0 {
+	if got, _, err := cl.read(ctx, chunkio.ID{Inode: 101}, 0, 100); err != nil || len(got) != 0 {
 		t.Fatalf("read of a hole: %d bytes, %v", len(got), err)
 	}
 }
@@ -198,21 +201,21 @@ func TestChainRefusesStaleAndMisrouted(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	copy(cl.buf, "hello")
 	rb := cl.mr.Remote(0, 5)
-	req := &storagepb.UpdateRequest{Chain: uint32(testChain), ChainVer: 7, Chunk: ChunkID{Inode: 1}.Proto(), Length: 5, Crc: CRC([]byte("hello")),
+	req := &storagepb.UpdateRequest{Chain: uint32(testChain), ChainVer: 7, Chunk: chunkio.ID{Inode: 1}.Proto(), Length: 5, Crc: chunkio.CRC([]byte("hello")),
 		Src: &storagepb.RemoteBuf{Node: string(rb.Node), Key: rb.Key, Offset: rb.Offset, Len: rb.Len}, Target: 1, Client: 1, Seq: 1}
 	var resp storagepb.UpdateReply
-	if err := cl.ep.Call(ctx, c.eps[0].ID(), MethodUpdate, req, &resp); !errors.Is(err, ErrStaleChainVersion) {
+	if err := cl.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodUpdate, req, &resp); !errors.Is(err, chunkio.ErrStaleChainVersion) {
 		t.Fatalf("stale chain version: %v", err)
 	}
 	req.ChainVer, req.Target = 1, 2
-	if err := cl.ep.Call(ctx, c.eps[1].ID(), MethodUpdate, req, &resp); !errors.Is(err, ErrNotHead) {
+	if err := cl.ep.Call(ctx, c.eps[1].ID(), chunkio.MethodUpdate, req, &resp); !errors.Is(err, chunkio.ErrNotHead) {
 		t.Fatalf("client write to the middle: %v", err)
 	}
 	req.Target, req.Crc = 1, 12345
-	if err := cl.ep.Call(ctx, c.eps[0].ID(), MethodUpdate, req, &resp); !errors.Is(err, ErrChecksum) {
+	if err := cl.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodUpdate, req, &resp); !errors.Is(err, chunkio.ErrChecksum) {
 		t.Fatalf("bytes that fail their CRC: %v", err)
 	}
-	if m, _ := c.engines[0].Meta(ChunkID{Inode: 1}); m.Committed != nil || m.Pending != nil {
+	if m, _ := c.engines[0].Meta(chunkio.ID{Inode: 1}); m.Committed != nil || m.Pending != nil {
 		t.Fatal("a refused update left a version")
 	}
 }
@@ -223,12 +226,12 @@ func TestRetryAppliedOnce(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 10*time.Second)
-	c.net.Add(faulty.Rule{Method: MethodUpdate, To: c.eps[0].ID(), Action: faulty.DropReply, Count: 1})
-	v, err := cl.write(ctx, ChunkID{Inode: 5}, 0, []byte("once"), true)
+	c.net.Add(faulty.Rule{Method: chunkio.MethodUpdate, To: c.eps[0].ID(), Action: faulty.DropReply, Count: 1})
+	v, err := cl.write(ctx, chunkio.ID{Inode: 5}, 0, []byte("once"), true)
 	if err != nil || v != 1 {
 		t.Fatalf("write with a lost reply: version %d, %v", v, err)
 	}
-	if m, _ := c.engines[2].Meta(ChunkID{Inode: 5}); m.Committed.GetVer() != 1 {
+	if m, _ := c.engines[2].Meta(chunkio.ID{Inode: 5}); m.Committed.GetVer() != 1 {
 		t.Fatalf("tail at version %d, want 1", m.Committed.GetVer())
 	}
 }
@@ -242,7 +245,7 @@ func TestChainFailover(t *testing.T) {
 			c := newCluster(t, 3)
 			cl := c.client("client")
 			ctx := ctxT(t, 60*time.Second)
-			chunk := ChunkID{Inode: 9}
+			chunk := chunkio.ID{Inode: 9}
 			var acked atomic.Uint64
 			done := make(chan error, 1)
 			go func() {
@@ -356,7 +359,7 @@ func linearizable(t *testing.T, victim int) {
 				default:
 				}
 				in := input{chunk: rng.IntN(chunks), write: rng.IntN(2) == 0, value: uint64(ci)<<32 | seq}
-				chunk := ChunkID{Inode: 1000, Index: uint32(in.chunk)}
+				chunk := chunkio.ID{Inode: 1000, Index: uint32(in.chunk)}
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				call := now()
 				var out uint64
@@ -423,7 +426,7 @@ func TestResync(t *testing.T) {
 	cl := c.client("client")
 	ctx := ctxT(t, 60*time.Second)
 	const chunks = 12
-	chunk := func(i int) ChunkID { return ChunkID{Inode: 77, Index: uint32(i)} }
+	chunk := func(i int) chunkio.ID { return chunkio.ID{Inode: 77, Index: uint32(i)} }
 	writeRound := func(round int) {
 		for i := 0; i < chunks; i++ {
 			data := fabrictest.RandBytes(uint64(round*100+i), 20<<10)
@@ -477,7 +480,7 @@ func TestResync(t *testing.T) {
 	for i := 0; i < chunks; i++ {
 		c.sameReplicas(chunk(i))
 	}
-	if _, _, err := c.engines[1].Read(chunk(chunks-1), 0, make([]byte, 1)); !errors.Is(err, ErrNotFound) {
+	if _, _, err := c.engines[1].Read(chunk(chunks-1), 0, make([]byte, 1)); !errors.Is(err, chunkio.ErrNotFound) {
 		t.Fatalf("chunk removed meanwhile still on the synced target: %v", err)
 	}
 	// And it serves reads again.
@@ -494,7 +497,7 @@ func TestRemove(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 10*time.Second)
-	chunk := ChunkID{Inode: 31}
+	chunk := chunkio.ID{Inode: 31}
 	if _, err := cl.write(ctx, chunk, 0, []byte("doomed"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -504,11 +507,11 @@ func TestRemove(t *testing.T) {
 		}
 	}
 	for i, e := range c.engines {
-		if _, _, err := e.Read(chunk, 0, make([]byte, 8)); !errors.Is(err, ErrNotFound) {
+		if _, _, err := e.Read(chunk, 0, make([]byte, 8)); !errors.Is(err, chunkio.ErrNotFound) {
 			t.Fatalf("target %d still has the chunk: %v", i+1, err)
 		}
 	}
-	if err := cl.Remove(ctx, testChain, ChunkID{Inode: 32}); err != nil {
+	if err := cl.Remove(ctx, testChain, chunkio.ID{Inode: 32}); err != nil {
 		t.Fatalf("remove of a chunk never written: %v", err)
 	}
 }
@@ -522,7 +525,7 @@ func TestOnlyTheCallersMemory(t *testing.T) {
 	victim, mallory := c.client("victim"), c.client("mallory")
 	ctx := ctxT(t, 10*time.Second)
 	data := bytes.Repeat([]byte("chunk data "), 100)
-	if _, err := victim.write(ctx, ChunkID{Inode: 1}, 0, data, true); err != nil {
+	if _, err := victim.write(ctx, chunkio.ID{Inode: 1}, 0, data, true); err != nil {
 		t.Fatal(err)
 	}
 	for i := range victim.buf {
@@ -531,22 +534,22 @@ func TestOnlyTheCallersMemory(t *testing.T) {
 	vb := victim.mr.Remote(0, 64)
 	read := &storagepb.ReadRequest{Entries: []*storagepb.ReadEntry{{Chain: uint32(testChain), ChainVer: 1, Target: 1,
 		Inode: 1, Length: 64, DstKey: vb.Key, DstOffset: vb.Offset}}}
-	if err := mallory.ep.Call(ctx, c.eps[0].ID(), MethodRead, read, new(storagepb.ReadReply)); !errors.Is(err, fabric.ErrUnknownKey) {
+	if err := mallory.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodRead, read, new(storagepb.ReadReply)); !errors.Is(err, fabric.ErrUnknownKey) {
 		t.Fatalf("read into another client's key: %v", err)
 	}
-	update := &storagepb.UpdateRequest{Chain: uint32(testChain), ChainVer: 1, Chunk: ChunkID{Inode: 2}.Proto(), Length: 64,
-		Crc: CRC(victim.buf[:64]), Src: &storagepb.RemoteBuf{Node: string(vb.Node), Key: vb.Key, Offset: vb.Offset, Len: vb.Len},
+	update := &storagepb.UpdateRequest{Chain: uint32(testChain), ChainVer: 1, Chunk: chunkio.ID{Inode: 2}.Proto(), Length: 64,
+		Crc: chunkio.CRC(victim.buf[:64]), Src: &storagepb.RemoteBuf{Node: string(vb.Node), Key: vb.Key, Offset: vb.Offset, Len: vb.Len},
 		Target: 1, Client: 9, Seq: 1, FullChunk: true}
-	if err := mallory.ep.Call(ctx, c.eps[0].ID(), MethodUpdate, update, new(storagepb.UpdateReply)); !errors.Is(err, fabric.ErrBadRequest) {
+	if err := mallory.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodUpdate, update, new(storagepb.UpdateReply)); !errors.Is(err, fabric.ErrBadRequest) {
 		t.Fatalf("update pulling another client's buffer: %v", err)
 	}
-	if m, _ := c.engines[0].Meta(ChunkID{Inode: 2}); m.GetCommitted() != nil || m.GetPending() != nil {
+	if m, _ := c.engines[0].Meta(chunkio.ID{Inode: 2}); m.GetCommitted() != nil || m.GetPending() != nil {
 		t.Fatal("an update from a third party's memory was stored")
 	}
 	if !bytes.Equal(victim.buf[:64], bytes.Repeat([]byte{0xee}, 64)) {
 		t.Fatal("bytes were pushed into another client's memory")
 	}
-	reads := []BatchRead{{Chain: testChain, Chunk: ChunkID{Inode: 1}, Dst: vb}}
+	reads := []chunkio.BatchRead{{Chain: testChain, Chunk: chunkio.ID{Inode: 1}, Dst: vb}}
 	if err := mallory.ReadBatch(ctx, reads); err != nil || !errors.Is(reads[0].Err, fabric.ErrBadRequest) {
 		t.Fatalf("batch range in another endpoint's memory: %v, %v", err, reads[0].Err)
 	}
@@ -562,7 +565,7 @@ func TestHeadSettlesPending(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 20*time.Second)
-	chunk := ChunkID{Inode: 5}
+	chunk := chunkio.ID{Inode: 5}
 	want := fabrictest.RandBytes(1, 64<<10)
 	if _, err := cl.write(ctx, chunk, 0, want, true); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/internal/testproc"
 )
@@ -21,7 +23,7 @@ func TestMain(m *testing.M) {
 	testproc.Main(m, map[string]func(string) error{"storage-node": nodeChild, "crash-writer": crashChild})
 }
 
-var crashChunk = ChunkID{Inode: 42, Index: 7}
+var crashChunk = chunkio.ID{Inode: 42, Index: 7}
 
 const crashChunkSize = 200 << 10
 

@@ -1,9 +1,6 @@
 package storage
 
-import "github.com/sluicefs/sluice/internal/crc32c"
-
 // CRC is the CRC32C that chunk data is checked with everywhere.
-func CRC(b []byte) uint32 { return crc32c.Checksum(b) }
 
 // crcCombine returns the CRC32C of a||b given crcA = CRC(a), crcB = CRC(b)
 // and len(b), in O(log len(b)) without touching the bytes: the engine

@@ -7,6 +7,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 )
 
@@ -24,10 +26,10 @@ func TestDiskFull(t *testing.T) {
 	t.Cleanup(func() { syscall.Unmount(chunks, 0) })
 	e := openTest(t, EngineConfig{Dir: dir})
 
-	var written []ChunkID
+	var written []chunkio.ID
 	var full error
 	for i := 0; i < 10; i++ {
-		id := ChunkID{Inode: 1, Index: uint32(i)}
+		id := chunkio.ID{Inode: 1, Index: uint32(i)}
 		if _, err := e.Prepare(id, 1, 0, fabrictest.RandBytes(uint64(i), 512<<10), true, 1); err != nil {
 			full = err
 			if m, _ := e.Meta(id); m.Pending != nil || m.Committed != nil {
@@ -40,7 +42,7 @@ func TestDiskFull(t *testing.T) {
 		}
 		written = append(written, id)
 	}
-	if !errors.Is(full, ErrNoSpace) {
+	if !errors.Is(full, chunkio.ErrNoSpace) {
 		t.Fatalf("filling the disk: %v, want ErrNoSpace", full)
 	}
 	if len(written) == 0 {
@@ -55,7 +57,7 @@ func TestDiskFull(t *testing.T) {
 	if err := e.Remove(written[0]); err != nil {
 		t.Fatal(err)
 	}
-	id := ChunkID{Inode: 2}
+	id := chunkio.ID{Inode: 2}
 	if _, err := e.Prepare(id, 1, 0, fabrictest.RandBytes(99, 512<<10), true, 1); err != nil {
 		t.Fatalf("write after space was freed: %v", err)
 	}

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/klauspost/compress/s2"
 	"google.golang.org/protobuf/proto"
@@ -25,17 +27,9 @@ import (
 	"github.com/sluicefs/sluice/server/internal/pebbledb"
 )
 
-// ChunkID names chunk Index of file Inode.
-type ChunkID struct {
-	Inode uint64
-	Index uint32
-}
-
-func (c ChunkID) String() string { return fmt.Sprintf("%d:%d", c.Inode, c.Index) }
-
-// key is the chunk's metadata key: big-endian, so one file's chunks sort
+// chunkKey is the chunk's metadata key: big-endian, so one file's chunks sort
 // together and in order.
-func (c ChunkID) key() []byte {
+func chunkKey(c chunkio.ID) []byte {
 	k := make([]byte, 13)
 	k[0] = 'c'
 	binary.BigEndian.PutUint64(k[1:], c.Inode)
@@ -43,39 +37,29 @@ func (c ChunkID) key() []byte {
 	return k
 }
 
-func chunkFromKey(k []byte) (ChunkID, bool) {
+func chunkFromKey(k []byte) (chunkio.ID, bool) {
 	if len(k) != 13 || k[0] != 'c' {
-		return ChunkID{}, false
+		return chunkio.ID{}, false
 	}
-	return ChunkID{Inode: binary.BigEndian.Uint64(k[1:]), Index: binary.BigEndian.Uint32(k[9:])}, true
-}
-
-// Proto converts to the wire form.
-func (c ChunkID) Proto() *storagepb.ChunkID {
-	return &storagepb.ChunkID{Inode: c.Inode, Index: c.Index}
-}
-
-// ChunkFromProto converts from the wire form.
-func ChunkFromProto(p *storagepb.ChunkID) ChunkID {
-	return ChunkID{Inode: p.GetInode(), Index: p.GetIndex()}
+	return chunkio.ID{Inode: binary.BigEndian.Uint64(k[1:]), Index: binary.BigEndian.Uint32(k[9:])}, true
 }
 
 // fileName is the name of one of the chunk's two files (slot 0 or 1).
-func (c ChunkID) fileName(slot uint32) string {
+func fileName(c chunkio.ID, slot uint32) string {
 	return fmt.Sprintf("%016x-%08x.s%d", c.Inode, c.Index, slot)
 }
 
-func parseFileName(name string) (ChunkID, bool) {
+func parseFileName(name string) (chunkio.ID, bool) {
 	base, slot, ok := strings.Cut(name, ".")
 	if !ok || len(base) != 25 || base[16] != '-' || (slot != "s0" && slot != "s1") {
-		return ChunkID{}, false
+		return chunkio.ID{}, false
 	}
 	ino, err1 := strconv.ParseUint(base[:16], 16, 64)
 	idx, err2 := strconv.ParseUint(base[17:], 16, 32)
 	if err1 != nil || err2 != nil {
-		return ChunkID{}, false
+		return chunkio.ID{}, false
 	}
-	return ChunkID{Inode: ino, Index: uint32(idx)}, true
+	return chunkio.ID{Inode: ino, Index: uint32(idx)}, true
 }
 
 // blockSize is the unit chunk data is checksummed in: a read checks (so
@@ -120,10 +104,10 @@ type Engine struct {
 	closeOnce sync.Once
 	closeErr  error
 	metaMu    sync.RWMutex
-	metas     map[ChunkID]*storagepb.ChunkMeta // decoded records (see Meta)
-	metaGen   uint64                           // bumped by every record write
-	locks     [64]sync.Mutex                   // one update at a time per chunk
-	slots     [256]sync.RWMutex                // a slot's file: readers share, the writer of a new version excludes them
+	metas     map[chunkio.ID]*storagepb.ChunkMeta // decoded records (see Meta)
+	metaGen   uint64                              // bumped by every record write
+	locks     [64]sync.Mutex                      // one update at a time per chunk
+	slots     [256]sync.RWMutex                   // a slot's file: readers share, the writer of a new version excludes them
 	// slotGens count the writes into each slot lock's files (bumped under
 	// the lock, before the write), so that a reader that let go of the
 	// lock can tell whether its view of a file was written over (View).
@@ -140,7 +124,7 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	if cfg.MaxChunkSize <= 0 {
 		cfg.MaxChunkSize = 4 << 20
 	}
-	e := &Engine{cfg: cfg, fs: cfg.FS, chunks: join(cfg.Dir, "chunks"), files: newFileCache(1024), metas: map[ChunkID]*storagepb.ChunkMeta{}}
+	e := &Engine{cfg: cfg, fs: cfg.FS, chunks: join(cfg.Dir, "chunks"), files: newFileCache(1024), metas: map[chunkio.ID]*storagepb.ChunkMeta{}}
 	if err := e.fs.MkdirAll(e.chunks); err != nil {
 		return nil, fmt.Errorf("open target %s: %w", cfg.Dir, err)
 	}
@@ -203,7 +187,7 @@ func (e *Engine) Close() error {
 	return e.closeErr
 }
 
-func (e *Engine) lock(id ChunkID) *sync.Mutex {
+func (e *Engine) lock(id chunkio.ID) *sync.Mutex {
 	h := fnv.New32a()
 	var b [12]byte
 	binary.LittleEndian.PutUint64(b[:], id.Inode)
@@ -212,18 +196,18 @@ func (e *Engine) lock(id ChunkID) *sync.Mutex {
 	return &e.locks[h.Sum32()%uint32(len(e.locks))]
 }
 
-func (e *Engine) slotLock(id ChunkID, slot uint32) *sync.RWMutex {
+func (e *Engine) slotLock(id chunkio.ID, slot uint32) *sync.RWMutex {
 	return &e.slots[slotIndex(id, slot)]
 }
 
 // slotWritten marks a write into one of the chunk's files; call it with
 // the slot's lock held, before writing.
-func (e *Engine) slotWritten(id ChunkID, slot uint32) {
+func (e *Engine) slotWritten(id chunkio.ID, slot uint32) {
 	e.slotGens[slotIndex(id, slot)].Add(1)
 	e.files.written(fileKey{id, slot})
 }
 
-func slotIndex(id ChunkID, slot uint32) uint32 {
+func slotIndex(id chunkio.ID, slot uint32) uint32 {
 	h := fnv.New32a()
 	var b [16]byte
 	binary.LittleEndian.PutUint64(b[:], id.Inode)
@@ -262,14 +246,14 @@ func (e *Engine) removeOrphans() error {
 // because decoding a chunk's block checksums on every small read was most
 // of a read's cost; the engine is the only writer, and every write goes
 // through putMeta, which replaces the cached record.
-func (e *Engine) Meta(id ChunkID) (*storagepb.ChunkMeta, error) {
+func (e *Engine) Meta(id chunkio.ID) (*storagepb.ChunkMeta, error) {
 	e.metaMu.RLock()
 	m, gen := e.metas[id], e.metaGen
 	e.metaMu.RUnlock()
 	if m != nil {
 		return m, nil
 	}
-	v, closer, err := e.db.Get(id.key())
+	v, closer, err := e.db.Get(chunkKey(id))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return &storagepb.ChunkMeta{}, nil
 	}
@@ -292,7 +276,7 @@ func (e *Engine) Meta(id ChunkID) (*storagepb.ChunkMeta, error) {
 }
 
 // metaForUpdate returns a copy of the chunk's record to change and store.
-func (e *Engine) metaForUpdate(id ChunkID) (*storagepb.ChunkMeta, error) {
+func (e *Engine) metaForUpdate(id chunkio.ID) (*storagepb.ChunkMeta, error) {
 	m, err := e.Meta(id)
 	if err != nil {
 		return nil, err
@@ -303,7 +287,7 @@ func (e *Engine) metaForUpdate(id ChunkID) (*storagepb.ChunkMeta, error) {
 const maxCachedMetas = 1 << 16
 
 // cacheMeta records a write of the chunk's record (nil: removed).
-func (e *Engine) cacheMeta(id ChunkID, m *storagepb.ChunkMeta) {
+func (e *Engine) cacheMeta(id chunkio.ID, m *storagepb.ChunkMeta) {
 	e.metaMu.Lock()
 	defer e.metaMu.Unlock()
 	e.metaGen++
@@ -314,7 +298,7 @@ func (e *Engine) cacheMeta(id ChunkID, m *storagepb.ChunkMeta) {
 	e.insertMetaLocked(id, m)
 }
 
-func (e *Engine) insertMetaLocked(id ChunkID, m *storagepb.ChunkMeta) {
+func (e *Engine) insertMetaLocked(id chunkio.ID, m *storagepb.ChunkMeta) {
 	if len(e.metas) >= maxCachedMetas {
 		for k := range e.metas { // any one: map order is random
 			delete(e.metas, k)
@@ -324,7 +308,7 @@ func (e *Engine) insertMetaLocked(id ChunkID, m *storagepb.ChunkMeta) {
 	e.metas[id] = m
 }
 
-func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
+func (e *Engine) putMeta(id chunkio.ID, m *storagepb.ChunkMeta, sync bool) error {
 	b, err := proto.Marshal(m)
 	if err != nil {
 		return err
@@ -333,7 +317,7 @@ func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
 	if sync {
 		opts = pebble.Sync
 	}
-	err = e.db.Set(id.key(), b, opts)
+	err = e.db.Set(chunkKey(id), b, opts)
 	if err != nil {
 		e.cacheMeta(id, nil)
 		return fmt.Errorf("chunk %v metadata: %w", id, err)
@@ -348,21 +332,21 @@ func (e *Engine) putMeta(id ChunkID, m *storagepb.ChunkMeta, sync bool) error {
 // durable by the Commit that follows (see the package doc). Preparing the
 // same version again replaces it (a retried forward); preparing a version
 // at or below the committed one is refused with ErrVersion.
-func (e *Engine) Prepare(id ChunkID, ver uint64, off uint32, data []byte, full bool, chainVer uint64) (*storagepb.Version, error) {
+func (e *Engine) Prepare(id chunkio.ID, ver uint64, off uint32, data []byte, full bool, chainVer uint64) (*storagepb.Version, error) {
 	v, _, err := e.store(storeRequest{id: id, ver: ver, off: off, data: data, full: full, chainVer: chainVer})
 	return v, err
 }
 
 // PrepareCommit is Prepare and Commit at once, with one durable record: a
 // chain's tail, and a chain of one, commit as they store.
-func (e *Engine) PrepareCommit(id ChunkID, ver uint64, off uint32, data []byte, full bool, chainVer uint64) (*storagepb.Version, error) {
+func (e *Engine) PrepareCommit(id chunkio.ID, ver uint64, off uint32, data []byte, full bool, chainVer uint64) (*storagepb.Version, error) {
 	v, _, err := e.store(storeRequest{id: id, ver: ver, off: off, data: data, full: full, chainVer: chainVer, commit: true})
 	return v, err
 }
 
 // storeRequest is one Prepare or PrepareCommit, with the node's options.
 type storeRequest struct {
-	id       ChunkID
+	id       chunkio.ID
 	ver      uint64
 	off      uint32
 	data     []byte
@@ -394,10 +378,10 @@ type storeRequest struct {
 func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error) {
 	id, ver, off, data := r.id, r.ver, r.off, r.data
 	if uint64(off)+uint64(len(data)) > uint64(e.cfg.MaxChunkSize) {
-		return nil, nil, fmt.Errorf("chunk %v: write to %d: %w (%d)", id, uint64(off)+uint64(len(data)), ErrTooLarge, e.cfg.MaxChunkSize)
+		return nil, nil, fmt.Errorf("chunk %v: write to %d: %w (%d)", id, uint64(off)+uint64(len(data)), chunkio.ErrTooLarge, e.cfg.MaxChunkSize)
 	}
-	if r.want != nil && !r.full && CRC(data) != *r.want {
-		return nil, nil, fmt.Errorf("chunk %v: data to store: %w", id, ErrChecksum)
+	if r.want != nil && !r.full && chunkio.CRC(data) != *r.want {
+		return nil, nil, fmt.Errorf("chunk %v: data to store: %w", id, chunkio.ErrChecksum)
 	}
 	mu := e.lock(id)
 	mu.Lock()
@@ -407,7 +391,7 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 		return nil, nil, err
 	}
 	if c := m.GetCommitted(); c != nil && ver <= c.Ver {
-		return nil, nil, fmt.Errorf("chunk %v: prepare version %d, committed %d: %w", id, ver, c.Ver, ErrVersion)
+		return nil, nil, fmt.Errorf("chunk %v: prepare version %d, committed %d: %w", id, ver, c.Ver, chunkio.ErrVersion)
 	}
 	content := data
 	if !r.full {
@@ -422,10 +406,10 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 	}
 	v := newVersion(ver, content)
 	if r.want != nil && r.full && v.Crc != *r.want {
-		return nil, nil, fmt.Errorf("chunk %v: data to store: %w", id, ErrChecksum)
+		return nil, nil, fmt.Errorf("chunk %v: data to store: %w", id, chunkio.ErrChecksum)
 	}
 	if r.wantVer != nil && v.Crc != *r.wantVer {
-		return nil, nil, fmt.Errorf("chunk %v version %d: content CRC %08x here, %08x at the head: %w", id, ver, v.Crc, *r.wantVer, ErrDiverged)
+		return nil, nil, fmt.Errorf("chunk %v version %d: content CRC %08x here, %08x at the head: %w", id, ver, v.Crc, *r.wantVer, chunkio.ErrDiverged)
 	}
 	v.Client, v.Seq = r.client, r.seq
 	if r.chain != 0 {
@@ -474,7 +458,7 @@ func (e *Engine) store(r storeRequest) (*storagepb.Version, func() error, error)
 // record; see settle), except for a chunk's first version,
 // whose record is synced so that a chunk with no record was never
 // acknowledged.
-func (e *Engine) storeCommit(id ChunkID, m *storagepb.ChunkMeta, v *storagepb.Version, stored []byte, chainVer uint64) (*storagepb.Version, func() error, error) {
+func (e *Engine) storeCommit(id chunkio.ID, m *storagepb.ChunkMeta, v *storagepb.Version, stored []byte, chainVer uint64) (*storagepb.Version, func() error, error) {
 	w, err := e.writeFile(id, v, stored, true, isNew(m))
 	if err == nil {
 		err = w.sync()
@@ -520,7 +504,7 @@ func isNew(m *storagepb.ChunkMeta) bool { return m.Committed == nil && m.Pending
 // version that a settle would take. No record names that slot for reading meanwhile
 // (the committed version is in the other one), and the slot's lock keeps
 // out readers that looked it up before.
-func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte, committed, first bool) (*fileWrite, error) {
+func (e *Engine) writeFile(id chunkio.ID, v *storagepb.Version, b []byte, committed, first bool) (*fileWrite, error) {
 	if first {
 		if err := e.dropFile(id, 1-v.Slot); err != nil {
 			return nil, err
@@ -530,7 +514,7 @@ func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte, committed
 	l.Lock()
 	defer l.Unlock()
 	e.slotWritten(id, v.Slot)
-	name := join(e.chunks, id.fileName(v.Slot))
+	name := join(e.chunks, fileName(id, v.Slot))
 	f, created, err := e.fs.OpenWrite(name)
 	if err != nil {
 		return nil, diskError(id, err)
@@ -554,7 +538,7 @@ func (e *Engine) writeFile(id ChunkID, v *storagepb.Version, b []byte, committed
 // durable. Finish it with sync.
 type fileWrite struct {
 	e  *Engine
-	id ChunkID
+	id chunkio.ID
 	f  File
 	// created: the chunks directory changed (the file is new, or the
 	// chunk's other file was removed), so sync syncs it too
@@ -581,9 +565,9 @@ func (w *fileWrite) sync() error {
 // close drops a write that will not be finished.
 func (w *fileWrite) close() { w.f.Close() }
 
-func diskError(id ChunkID, err error) error {
+func diskError(id chunkio.ID, err error) error {
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
-		return fmt.Errorf("chunk %v: %w: %v", id, ErrNoSpace, err)
+		return fmt.Errorf("chunk %v: %w: %v", id, chunkio.ErrNoSpace, err)
 	}
 	return fmt.Errorf("chunk %v: %w", id, err)
 }
@@ -591,9 +575,9 @@ func diskError(id ChunkID, err error) error {
 // Replace makes data version ver of the chunk, committed at once, whatever
 // the chunk held: resync's full-chunk replacement from a chain predecessor,
 // with its record of applied updates.
-func (e *Engine) Replace(id ChunkID, chain uint32, ver uint64, data []byte, tags []*storagepb.UpdateTag) error {
+func (e *Engine) Replace(id chunkio.ID, chain uint32, ver uint64, data []byte, tags []*storagepb.UpdateTag) error {
 	if len(data) > e.cfg.MaxChunkSize {
-		return fmt.Errorf("chunk %v: %w", id, ErrTooLarge)
+		return fmt.Errorf("chunk %v: %w", id, chunkio.ErrTooLarge)
 	}
 	mu := e.lock(id)
 	mu.Lock()
@@ -634,7 +618,7 @@ func newVersion(ver uint64, content []byte) *storagepb.Version {
 	v.BlockCrcs = make([]uint32, 0, (len(content)+blockSize-1)/blockSize)
 	for b := 0; b < len(content); b += blockSize {
 		block := content[b:min(b+blockSize, len(content))]
-		c := CRC(block)
+		c := chunkio.CRC(block)
 		v.BlockCrcs = append(v.BlockCrcs, c)
 		v.Crc = crcCombine(v.Crc, c, len(block))
 	}
@@ -646,7 +630,7 @@ func newVersion(ver uint64, content []byte) *storagepb.Version {
 // successor has, and its own commit must survive it (its trailer says
 // pending, and settle never takes a pending version). Committing a version
 // already committed (or superseded) is a no-op.
-func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
+func (e *Engine) Commit(id chunkio.ID, ver uint64) (*storagepb.Version, error) {
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -659,7 +643,7 @@ func (e *Engine) Commit(id ChunkID, ver uint64) (*storagepb.Version, error) {
 	}
 	p := m.GetPending()
 	if p == nil || p.Ver != ver {
-		return nil, fmt.Errorf("chunk %v: commit %d, pending %d: %w", id, ver, p.GetVer(), ErrVersion)
+		return nil, fmt.Errorf("chunk %v: commit %d, pending %d: %w", id, ver, p.GetVer(), chunkio.ErrVersion)
 	}
 	m.Committed, m.Pending, m.Applied = p, nil, applied(m.Applied, p)
 	if err := e.putMeta(id, m, true); err != nil {
@@ -688,7 +672,7 @@ func applied(tags []*storagepb.UpdateTag, v *storagepb.Version) []*storagepb.Upd
 
 // Applied finds a client update among those the chunk's committed versions
 // came from, and returns the version it made.
-func (e *Engine) Applied(id ChunkID, client, seq uint64) (uint64, bool, error) {
+func (e *Engine) Applied(id chunkio.ID, client, seq uint64) (uint64, bool, error) {
 	m, err := e.Meta(id)
 	if err != nil {
 		return 0, false, err
@@ -704,7 +688,7 @@ func (e *Engine) Applied(id ChunkID, client, seq uint64) (uint64, bool, error) {
 // Abort drops pending version ver of the chunk: a pending version that
 // can no longer be read back whole (torn by a power loss before its sync)
 // is given up rather than left to stop every later update.
-func (e *Engine) Abort(id ChunkID, ver uint64) error {
+func (e *Engine) Abort(id chunkio.ID, ver uint64) error {
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
@@ -720,7 +704,7 @@ func (e *Engine) Abort(id ChunkID, ver uint64) error {
 }
 
 // content returns all of version v's bytes, checked (nil v: none).
-func (e *Engine) content(id ChunkID, v *storagepb.Version) ([]byte, error) {
+func (e *Engine) content(id chunkio.ID, v *storagepb.Version) ([]byte, error) {
 	if v == nil {
 		return nil, nil
 	}
@@ -734,12 +718,12 @@ func (e *Engine) content(id ChunkID, v *storagepb.Version) ([]byte, error) {
 // Read reads the committed content at off into dst and returns how many
 // bytes there were (fewer than len(dst) at the end of the chunk) and the
 // version read. A chunk never committed is ErrNotFound.
-func (e *Engine) Read(id ChunkID, off uint32, dst []byte) (int, *storagepb.Version, error) {
+func (e *Engine) Read(id chunkio.ID, off uint32, dst []byte) (int, *storagepb.Version, error) {
 	return e.ReadVersion(id, 0, off, dst)
 }
 
 // ReadVersion is Read of version ver (committed or pending; 0: committed).
-func (e *Engine) ReadVersion(id ChunkID, ver uint64, off uint32, dst []byte) (int, *storagepb.Version, error) {
+func (e *Engine) ReadVersion(id chunkio.ID, ver uint64, off uint32, dst []byte) (int, *storagepb.Version, error) {
 	var n int
 	v, err := e.withVersion(id, ver, func(v *storagepb.Version) (err error) {
 		n, err = e.readVersion(id, v, off, dst)
@@ -769,7 +753,7 @@ func (e *Engine) ReadVersion(id ChunkID, ver uint64, off uint32, dst []byte) (in
 // Serving reads from views is what takes a copy of every byte off a
 // storage node's read path: the node checks the blocks in place and pushes
 // straight from the page cache to the socket (or, on RDMA, the NIC).
-func (e *Engine) View(id ChunkID, ver uint64, off uint32, n int) (view []byte, v *storagepb.Version, done func() (intact bool), ok bool, err error) {
+func (e *Engine) View(id chunkio.ID, ver uint64, off uint32, n int) (view []byte, v *storagepb.Version, done func() (intact bool), ok bool, err error) {
 	v, err = e.withVersion(id, ver, func(v *storagepb.Version) (err error) {
 		view, done, err = e.viewVersion(id, v, off, n)
 		return err
@@ -786,7 +770,7 @@ func (e *Engine) View(id ChunkID, ver uint64, off uint32, n int) (view []byte, v
 // withVersion runs fn on version ver of the chunk (0: the committed one),
 // again with the chunk's new record if a newer version took the version's
 // slot between the lookup and fn's lock (errMoved).
-func (e *Engine) withVersion(id ChunkID, ver uint64, fn func(*storagepb.Version) error) (*storagepb.Version, error) {
+func (e *Engine) withVersion(id chunkio.ID, ver uint64, fn func(*storagepb.Version) error) (*storagepb.Version, error) {
 	for attempt := 0; ; attempt++ {
 		m, err := e.Meta(id)
 		if err != nil {
@@ -796,11 +780,11 @@ func (e *Engine) withVersion(id ChunkID, ver uint64, fn func(*storagepb.Version)
 		if ver != 0 && v.GetVer() != ver {
 			v = m.GetPending()
 			if v.GetVer() != ver {
-				return nil, fmt.Errorf("chunk %v version %d: %w", id, ver, ErrVersion)
+				return nil, fmt.Errorf("chunk %v version %d: %w", id, ver, chunkio.ErrVersion)
 			}
 		}
 		if v == nil {
-			return nil, fmt.Errorf("chunk %v: %w", id, ErrNotFound)
+			return nil, fmt.Errorf("chunk %v: %w", id, chunkio.ErrNotFound)
 		}
 		err = fn(v)
 		if errors.Is(err, errMoved) && attempt < 8 {
@@ -814,7 +798,7 @@ func (e *Engine) withVersion(id ChunkID, ver uint64, fn func(*storagepb.Version)
 // once it has checked that the slot still holds v (a newer version may have
 // been written into it between the caller's lookup and the lock: errMoved).
 // done releases both.
-func (e *Engine) openVersion(id ChunkID, v *storagepb.Version) (cf *cachedFile, done func(), err error) {
+func (e *Engine) openVersion(id chunkio.ID, v *storagepb.Version) (cf *cachedFile, done func(), err error) {
 	l := e.slotLock(id, v.Slot)
 	l.RLock()
 	m, err := e.Meta(id)
@@ -822,7 +806,7 @@ func (e *Engine) openVersion(id ChunkID, v *storagepb.Version) (cf *cachedFile, 
 		err = errMoved
 	}
 	if err == nil {
-		cf, err = e.files.get(fileKey{id, v.Slot}, func() (File, error) { return e.fs.Open(join(e.chunks, id.fileName(v.Slot))) })
+		cf, err = e.files.get(fileKey{id, v.Slot}, func() (File, error) { return e.fs.Open(join(e.chunks, fileName(id, v.Slot))) })
 		if err != nil {
 			err = diskError(id, err)
 		}
@@ -838,7 +822,7 @@ func (e *Engine) openVersion(id ChunkID, v *storagepb.Version) (cf *cachedFile, 
 var errNoView = errors.New("chunk version cannot be viewed")
 
 // viewVersion is View of version v.
-func (e *Engine) viewVersion(id ChunkID, v *storagepb.Version, off uint32, n int) ([]byte, func() bool, error) {
+func (e *Engine) viewVersion(id chunkio.ID, v *storagepb.Version, off uint32, n int) ([]byte, func() bool, error) {
 	if v.Compressed {
 		return nil, nil, errNoView
 	}
@@ -862,7 +846,7 @@ func (e *Engine) viewVersion(id ChunkID, v *storagepb.Version, off uint32, n int
 		// touched past its end: that is a fault, not an error.
 		var size int64
 		if size, err = cf.fileSize(); err == nil && size < int64(v.Stored) {
-			err = fmt.Errorf("chunk %v version %d: %w: file shorter than recorded", id, v.Ver, ErrChecksum)
+			err = fmt.Errorf("chunk %v version %d: %w: file shorter than recorded", id, v.Ver, chunkio.ErrChecksum)
 		}
 	}
 	if err == nil && !blockAligned(v, off, uint32(n)) {
@@ -894,7 +878,7 @@ func (e *Engine) viewVersion(id ChunkID, v *storagepb.Version, off uint32, n int
 // short under us (by something other than the engine, which holds the
 // slot) raises a fault instead of a short read: that is reported as
 // ErrChecksum rather than crashing the node.
-func checkMapped(id ChunkID, v *storagepb.Version, buf []byte, from, to uint32) (err error) {
+func checkMapped(id chunkio.ID, v *storagepb.Version, buf []byte, from, to uint32) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
@@ -903,7 +887,7 @@ func checkMapped(id ChunkID, v *storagepb.Version, buf []byte, from, to uint32) 
 			if !ok || !strings.Contains(re.Error(), "fault") {
 				panic(r)
 			}
-			err = fmt.Errorf("chunk %v version %d: %w: %v", id, v.Ver, ErrChecksum, re)
+			err = fmt.Errorf("chunk %v version %d: %w: %v", id, v.Ver, chunkio.ErrChecksum, re)
 		}
 	}()
 	return checkBlocks(id, v, buf, from, to)
@@ -911,7 +895,7 @@ func checkMapped(id ChunkID, v *storagepb.Version, buf []byte, from, to uint32) 
 
 // readVersion reads version v's bytes at off into dst, checking every block
 // it touches; a mismatch is ErrChecksum, never data.
-func (e *Engine) readVersion(id ChunkID, v *storagepb.Version, off uint32, dst []byte) (int, error) {
+func (e *Engine) readVersion(id chunkio.ID, v *storagepb.Version, off uint32, dst []byte) (int, error) {
 	if off >= v.Length {
 		return 0, nil
 	}
@@ -929,7 +913,7 @@ func (e *Engine) readVersion(id ChunkID, v *storagepb.Version, off uint32, dst [
 		}
 		all, err := s2.Decode(nil, enc)
 		if err != nil || len(all) != int(v.Length) {
-			return 0, fmt.Errorf("chunk %v version %d: %w: undecodable", id, v.Ver, ErrChecksum)
+			return 0, fmt.Errorf("chunk %v version %d: %w: undecodable", id, v.Ver, chunkio.ErrChecksum)
 		}
 		if err := checkBlocks(id, v, all, 0, v.Length); err != nil {
 			return 0, err
@@ -965,9 +949,9 @@ func holds(have, want *storagepb.Version) bool {
 
 // readError reports a failed read; a file shorter than its record says is
 // torn data, not an I/O error.
-func readError(id ChunkID, v *storagepb.Version, err error) error {
+func readError(id chunkio.ID, v *storagepb.Version, err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Errorf("chunk %v version %d: %w: file shorter than recorded", id, v.Ver, ErrChecksum)
+		return fmt.Errorf("chunk %v version %d: %w: file shorter than recorded", id, v.Ver, chunkio.ErrChecksum)
 	}
 	return diskError(id, err)
 }
@@ -979,7 +963,7 @@ func readError(id ChunkID, v *storagepb.Version, err error) error {
 func RangeCRC(v *storagepb.Version, off uint32, data []byte) uint32 {
 	end := off + uint32(len(data))
 	if !blockAligned(v, off, uint32(len(data))) {
-		return CRC(data)
+		return chunkio.CRC(data)
 	}
 	crc := uint32(0)
 	for b := off; b < end; b += blockSize {
@@ -997,19 +981,19 @@ func blockAligned(v *storagepb.Version, off, n uint32) bool {
 }
 
 // checkBlocks verifies the blocks of v held in buf, which covers [from, to).
-func checkBlocks(id ChunkID, v *storagepb.Version, buf []byte, from, to uint32) error {
+func checkBlocks(id chunkio.ID, v *storagepb.Version, buf []byte, from, to uint32) error {
 	for b := from; b < to; b += blockSize {
 		i := b / blockSize
 		end := min(b+blockSize, to)
-		if int(i) >= len(v.BlockCrcs) || CRC(buf[b-from:end-from]) != v.BlockCrcs[i] {
-			return fmt.Errorf("chunk %v version %d block %d: %w", id, v.Ver, i, ErrChecksum)
+		if int(i) >= len(v.BlockCrcs) || chunkio.CRC(buf[b-from:end-from]) != v.BlockCrcs[i] {
+			return fmt.Errorf("chunk %v version %d block %d: %w", id, v.Ver, i, chunkio.ErrChecksum)
 		}
 	}
 	return nil
 }
 
 // Chunks calls fn for every chunk in ID order until fn returns false.
-func (e *Engine) Chunks(fn func(ChunkID, *storagepb.ChunkMeta) bool) error {
+func (e *Engine) Chunks(fn func(chunkio.ID, *storagepb.ChunkMeta) bool) error {
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'c'}, UpperBound: []byte{'d'}})
 	if err != nil {
 		return err
@@ -1035,11 +1019,11 @@ func (e *Engine) Chunks(fn func(ChunkID, *storagepb.ChunkMeta) bool) error {
 // their removal is synced too: a file of a removed chunk that came back
 // after a crash could otherwise be taken by a chunk of the same name
 // created later.
-func (e *Engine) Remove(id ChunkID) error {
+func (e *Engine) Remove(id chunkio.ID) error {
 	mu := e.lock(id)
 	mu.Lock()
 	defer mu.Unlock()
-	err := e.db.Delete(id.key(), pebble.Sync)
+	err := e.db.Delete(chunkKey(id), pebble.Sync)
 	e.cacheMeta(id, nil)
 	if err != nil {
 		return fmt.Errorf("chunk %v metadata: %w", id, err)
@@ -1058,13 +1042,13 @@ func (e *Engine) Remove(id ChunkID) error {
 // dropFile removes one of the chunk's files under its slot's lock: readers
 // holding a view of it see it written over (slotWritten), and the file
 // cache lets it go. Syncing the directory is the caller's.
-func (e *Engine) dropFile(id ChunkID, slot uint32) error {
+func (e *Engine) dropFile(id chunkio.ID, slot uint32) error {
 	l := e.slotLock(id, slot)
 	l.Lock()
 	defer l.Unlock()
 	e.slotWritten(id, slot)
 	e.files.evict(fileKey{id, slot})
-	if err := e.fs.Remove(join(e.chunks, id.fileName(slot))); err != nil && !isNotExist(err) {
+	if err := e.fs.Remove(join(e.chunks, fileName(id, slot))); err != nil && !isNotExist(err) {
 		return diskError(id, err)
 	}
 	return nil

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
@@ -30,7 +32,7 @@ func openTest(t *testing.T, cfg EngineConfig) *Engine {
 	return e
 }
 
-func write(t *testing.T, e *Engine, id ChunkID, ver uint64, off uint32, data []byte, full bool) {
+func write(t *testing.T, e *Engine, id chunkio.ID, ver uint64, off uint32, data []byte, full bool) {
 	t.Helper()
 	if _, err := e.Prepare(id, ver, off, data, full, 1); err != nil {
 		t.Fatalf("prepare %v v%d: %v", id, ver, err)
@@ -40,7 +42,7 @@ func write(t *testing.T, e *Engine, id ChunkID, ver uint64, off uint32, data []b
 	}
 }
 
-func readAll(t *testing.T, e *Engine, id ChunkID) []byte {
+func readAll(t *testing.T, e *Engine, id chunkio.ID) []byte {
 	t.Helper()
 	buf := make([]byte, 8<<20)
 	n, _, err := e.Read(id, 0, buf)
@@ -52,8 +54,8 @@ func readAll(t *testing.T, e *Engine, id ChunkID) []byte {
 
 func TestEngineReadWrite(t *testing.T) {
 	e := openTest(t, EngineConfig{})
-	id := ChunkID{Inode: 7, Index: 3}
-	if _, _, err := e.Read(id, 0, make([]byte, 10)); !errors.Is(err, ErrNotFound) {
+	id := chunkio.ID{Inode: 7, Index: 3}
+	if _, _, err := e.Read(id, 0, make([]byte, 10)); !errors.Is(err, chunkio.ErrNotFound) {
 		t.Fatalf("read of a missing chunk: %v", err)
 	}
 	a := fabrictest.RandBytes(1, 300<<10)
@@ -87,7 +89,7 @@ func TestEngineReadWrite(t *testing.T) {
 
 func TestEngineVersions(t *testing.T) {
 	e := openTest(t, EngineConfig{})
-	id := ChunkID{Inode: 1}
+	id := chunkio.ID{Inode: 1}
 	write(t, e, id, 1, 0, []byte("one"), true)
 	// Pending is invisible to plain reads until committed.
 	if _, err := e.Prepare(id, 2, 0, []byte("two"), true, 1); err != nil {
@@ -108,7 +110,7 @@ func TestEngineVersions(t *testing.T) {
 	if _, err := e.Prepare(id, 2, 0, []byte("TWO"), true, 2); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.Commit(id, 3); !errors.Is(err, ErrVersion) {
+	if _, err := e.Commit(id, 3); !errors.Is(err, chunkio.ErrVersion) {
 		t.Fatalf("commit of a version never prepared: %v", err)
 	}
 	if _, err := e.Commit(id, 2); err != nil {
@@ -120,10 +122,10 @@ func TestEngineVersions(t *testing.T) {
 	if got := readAll(t, e, id); string(got) != "TWO" {
 		t.Fatalf("after commit: %q", got)
 	}
-	if _, err := e.Prepare(id, 2, 0, []byte("old"), true, 2); !errors.Is(err, ErrVersion) {
+	if _, err := e.Prepare(id, 2, 0, []byte("old"), true, 2); !errors.Is(err, chunkio.ErrVersion) {
 		t.Fatalf("prepare at the committed version: %v", err)
 	}
-	if _, err := e.Prepare(id, 9, 4<<20, []byte("x"), false, 2); !errors.Is(err, ErrTooLarge) {
+	if _, err := e.Prepare(id, 9, 4<<20, []byte("x"), false, 2); !errors.Is(err, chunkio.ErrTooLarge) {
 		t.Fatalf("write past the chunk size limit: %v", err)
 	}
 }
@@ -134,14 +136,14 @@ func TestEngineRestartAndOrphans(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := ChunkID{Inode: 5, Index: 1}
+	id := chunkio.ID{Inode: 5, Index: 1}
 	write(t, e, id, 1, 0, []byte("committed"), true)
 	if _, err := e.Prepare(id, 2, 0, []byte("pending"), true, 1); err != nil {
 		t.Fatal(err)
 	}
 	e.Close()
 	// A first write cut short by a crash leaves a file no record names.
-	orphan := filepath.Join(dir, "chunks", ChunkID{Inode: 6}.fileName(0))
+	orphan := filepath.Join(dir, "chunks", fileName(chunkio.ID{Inode: 6}, 0))
 	os.WriteFile(orphan, []byte("half written"), 0o644)
 
 	e = openTest(t, EngineConfig{Dir: dir})
@@ -162,19 +164,19 @@ func TestEngineRestartAndOrphans(t *testing.T) {
 func TestEngineDetectsCorruption(t *testing.T) {
 	dir := t.TempDir()
 	e := openTest(t, EngineConfig{Dir: dir})
-	id := ChunkID{Inode: 9}
+	id := chunkio.ID{Inode: 9}
 	data := fabrictest.RandBytes(3, 200<<10)
 	write(t, e, id, 1, 0, data, true)
 	// Flip one byte in the second block on disk.
-	path := filepath.Join(dir, "chunks", id.fileName(0))
+	path := filepath.Join(dir, "chunks", fileName(id, 0))
 	f, _ := os.OpenFile(path, os.O_RDWR, 0)
 	f.WriteAt([]byte{data[70000] ^ 0xff}, 70000)
 	f.Close()
 	buf := make([]byte, len(data))
-	if _, _, err := e.Read(id, 0, buf); !errors.Is(err, ErrChecksum) {
+	if _, _, err := e.Read(id, 0, buf); !errors.Is(err, chunkio.ErrChecksum) {
 		t.Fatalf("read of a corrupted chunk: %v, want ErrChecksum", err)
 	}
-	if _, _, err := e.Read(id, 70000-5, make([]byte, 10)); !errors.Is(err, ErrChecksum) {
+	if _, _, err := e.Read(id, 70000-5, make([]byte, 10)); !errors.Is(err, chunkio.ErrChecksum) {
 		t.Fatalf("small read in the corrupted block: %v, want ErrChecksum", err)
 	}
 	if n, _, err := e.Read(id, 0, make([]byte, 65536)); err != nil || n != 65536 {
@@ -185,11 +187,11 @@ func TestEngineDetectsCorruption(t *testing.T) {
 func TestEngineLostWrite(t *testing.T) {
 	ffs := NewFaultFS(OSFS{})
 	e := openTest(t, EngineConfig{FS: ffs})
-	id := ChunkID{Inode: 2}
+	id := chunkio.ID{Inode: 2}
 	ffs.Inject(Fault{Op: "write", LoseWrites: true})
 	write(t, e, id, 1, 0, fabrictest.RandBytes(4, 100<<10), true)
 	ffs.Clear()
-	if _, _, err := e.Read(id, 0, make([]byte, 100<<10)); !errors.Is(err, ErrChecksum) {
+	if _, _, err := e.Read(id, 0, make([]byte, 100<<10)); !errors.Is(err, chunkio.ErrChecksum) {
 		t.Fatalf("read of a lost write: %v, want ErrChecksum", err)
 	}
 }
@@ -197,7 +199,7 @@ func TestEngineLostWrite(t *testing.T) {
 func TestEngineDiskErrors(t *testing.T) {
 	ffs := NewFaultFS(OSFS{})
 	e := openTest(t, EngineConfig{FS: ffs})
-	id := ChunkID{Inode: 3}
+	id := chunkio.ID{Inode: 3}
 	write(t, e, id, 1, 0, []byte("good"), true)
 	for _, f := range []Fault{
 		{Op: "write", Err: syscall.ENOSPC},
@@ -211,7 +213,7 @@ func TestEngineDiskErrors(t *testing.T) {
 		if err == nil {
 			t.Fatalf("%+v: prepare succeeded", f)
 		}
-		if errors.Is(f.Err, syscall.ENOSPC) != errors.Is(err, ErrNoSpace) {
+		if errors.Is(f.Err, syscall.ENOSPC) != errors.Is(err, chunkio.ErrNoSpace) {
 			t.Fatalf("%+v: %v", f, err)
 		}
 		if got := readAll(t, e, id); string(got) != "good" {
@@ -232,7 +234,7 @@ func TestEngineCompression(t *testing.T) {
 	text := bytes.Repeat([]byte("the quick brown fox jumps over the lazy dog. "), 20000)
 	noise := fabrictest.RandBytes(5, 512<<10)
 	for i, data := range [][]byte{text, noise} {
-		id := ChunkID{Inode: 10, Index: uint32(i)}
+		id := chunkio.ID{Inode: 10, Index: uint32(i)}
 		write(t, e, id, 1, 0, data, true)
 		m, _ := e.Meta(id)
 		if compressible := i == 0; m.Committed.Compressed != compressible {
@@ -246,7 +248,7 @@ func TestEngineCompression(t *testing.T) {
 			t.Fatalf("chunk %d range read: %v", i, err)
 		}
 	}
-	m, _ := e.Meta(ChunkID{Inode: 10})
+	m, _ := e.Meta(chunkio.ID{Inode: 10})
 	if m.Committed.Stored*4 > m.Committed.Length {
 		t.Fatalf("text stored in %d of %d bytes", m.Committed.Stored, m.Committed.Length)
 	}
@@ -254,16 +256,16 @@ func TestEngineCompression(t *testing.T) {
 
 func TestEngineChunkOrder(t *testing.T) {
 	e := openTest(t, EngineConfig{})
-	ids := []ChunkID{{2, 0}, {1, 300}, {1, 2}, {1 << 40, 1}, {1, 10}}
+	ids := []chunkio.ID{{Inode: 2, Index: 0}, {Inode: 1, Index: 300}, {Inode: 1, Index: 2}, {Inode: 1 << 40, Index: 1}, {Inode: 1, Index: 10}}
 	for _, id := range ids {
 		write(t, e, id, 1, 0, []byte("x"), true)
 	}
-	var got []ChunkID
-	e.Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
+	var got []chunkio.ID
+	e.Chunks(func(id chunkio.ID, m *storagepb.ChunkMeta) bool {
 		got = append(got, id)
 		return true
 	})
-	want := []ChunkID{{1, 2}, {1, 10}, {1, 300}, {2, 0}, {1 << 40, 1}}
+	want := []chunkio.ID{{Inode: 1, Index: 2}, {Inode: 1, Index: 10}, {Inode: 1, Index: 300}, {Inode: 2, Index: 0}, {Inode: 1 << 40, Index: 1}}
 	if len(got) != len(want) {
 		t.Fatalf("got %v", got)
 	}
@@ -275,7 +277,7 @@ func TestEngineChunkOrder(t *testing.T) {
 	if err := e.Remove(ids[0]); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := e.Read(ids[0], 0, make([]byte, 1)); !errors.Is(err, ErrNotFound) {
+	if _, _, err := e.Read(ids[0], 0, make([]byte, 1)); !errors.Is(err, chunkio.ErrNotFound) {
 		t.Fatalf("read after remove: %v", err)
 	}
 }
@@ -295,9 +297,9 @@ func TestEngineSettleTakesOnlyCommitted(t *testing.T) {
 		}
 		return e
 	}
-	pending, replaced, removed := ChunkID{Inode: 1}, ChunkID{Inode: 2}, ChunkID{Inode: 3}
+	pending, replaced, removed := chunkio.ID{Inode: 1}, chunkio.ID{Inode: 2}, chunkio.ID{Inode: 3}
 	e := open()
-	for _, id := range []ChunkID{pending, replaced, removed} {
+	for _, id := range []chunkio.ID{pending, replaced, removed} {
 		if _, err := e.PrepareCommit(id, 1, 0, []byte("one"), true, 1); err != nil {
 			t.Fatal(err)
 		}
@@ -317,12 +319,12 @@ func TestEngineSettleTakesOnlyCommitted(t *testing.T) {
 	e.Close()
 	e = open()
 	defer e.Close()
-	for id, want := range map[ChunkID]string{pending: "one", replaced: "one again"} {
+	for id, want := range map[chunkio.ID]string{pending: "one", replaced: "one again"} {
 		if got := readAll(t, e, id); string(got) != want {
 			t.Fatalf("chunk %v after a reboot: %q, want %q", id, got, want)
 		}
 	}
-	if _, _, err := e.Read(removed, 0, make([]byte, 8)); !errors.Is(err, ErrNotFound) {
+	if _, _, err := e.Read(removed, 0, make([]byte, 8)); !errors.Is(err, chunkio.ErrNotFound) {
 		t.Fatalf("removed chunk after a reboot: %v", err)
 	}
 	if m, _ := e.Meta(pending); m.Pending == nil || m.Pending.Ver != 2 {
@@ -343,7 +345,7 @@ func TestEngineRecreatedChunk(t *testing.T) {
 		}
 		return e
 	}
-	id := ChunkID{Inode: 4}
+	id := chunkio.ID{Inode: 4}
 	e := open("boot-1")
 	for v, data := range []string{"old one", "old two"} {
 		if _, err := e.PrepareCommit(id, uint64(v+1), 0, []byte(data), true, 1); err != nil {
@@ -385,20 +387,20 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 			}
 			return e
 		}
-		record := func(e *Engine, id ChunkID) []byte {
-			v, closer, err := e.db.Get(id.key())
+		record := func(e *Engine, id chunkio.ID) []byte {
+			v, closer, err := e.db.Get(chunkKey(id))
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer closer.Close()
 			return bytes.Clone(v)
 		}
-		putBack := func(id ChunkID, rec []byte) { // the lost record
+		putBack := func(id chunkio.ID, rec []byte) { // the lost record
 			db, err := pebbledb.Open(filepath.Join(dir, "meta"))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := db.Set(id.key(), rec, pebble.Sync); err != nil {
+			if err := db.Set(chunkKey(id), rec, pebble.Sync); err != nil {
 				t.Fatal(err)
 			}
 			db.Close()
@@ -410,7 +412,7 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 			}
 			return b
 		}
-		id, other := ChunkID{Inode: 9}, ChunkID{Inode: 10}
+		id, other := chunkio.ID{Inode: 9}, chunkio.ID{Inode: 10}
 		e := open()
 		if _, err := e.PrepareCommit(id, 1, 0, content(1), true, 1); err != nil {
 			t.Fatal(err)
@@ -446,7 +448,7 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.Close()
-		name := filepath.Join(dir, "chunks", id.fileName(v3.Slot))
+		name := filepath.Join(dir, "chunks", fileName(id, v3.Slot))
 		f, err := os.OpenFile(name, os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -467,11 +469,11 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 		}
 		m, _ = e.Meta(id)
 		e.Close()
-		foreign, err := os.ReadFile(filepath.Join(dir, "chunks", other.fileName(ov.Slot)))
+		foreign, err := os.ReadFile(filepath.Join(dir, "chunks", fileName(other, ov.Slot)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, "chunks", id.fileName(freeSlot(m))), foreign, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "chunks", fileName(id, freeSlot(m))), foreign, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		boot++

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/sluicefs/sluice/routing"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -21,10 +23,10 @@ import (
 
 // chunkChains lists the chunks a target holds, by the chain their records
 // name.
-func chunkChains(t *testing.T, e *Engine) map[ChunkID]uint32 {
+func chunkChains(t *testing.T, e *Engine) map[chunkio.ID]uint32 {
 	t.Helper()
-	out := map[ChunkID]uint32{}
-	if err := e.Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
+	out := map[chunkio.ID]uint32{}
+	if err := e.Chunks(func(id chunkio.ID, m *storagepb.ChunkMeta) bool {
 		out[id] = m.Chain
 		return true
 	}); err != nil {
@@ -45,7 +47,7 @@ func TestResyncTouchesOnlyItsChain(t *testing.T) {
 	ctx := ctxT(t, 30*time.Second)
 	for chain := routing.ChainID(1); chain <= 3; chain++ {
 		for i := 0; i < 4; i++ {
-			id := ChunkID{Inode: uint64(chain) * 100, Index: uint32(i)}
+			id := chunkio.ID{Inode: uint64(chain) * 100, Index: uint32(i)}
 			if _, err := cl.writeIn(ctx, chain, id, 0, fabrictest.RandBytes(uint64(chain)*10+uint64(i), 8<<10), true); err != nil {
 				t.Fatalf("chain %d: %v", chain, err)
 			}
@@ -53,7 +55,7 @@ func TestResyncTouchesOnlyItsChain(t *testing.T) {
 	}
 	c.routing.SetOffline(2)
 	// Chain 1 moves on without target 2.
-	if _, err := cl.writeIn(ctx, 1, ChunkID{Inode: 100}, 0, []byte("newer"), true); err != nil {
+	if _, err := cl.writeIn(ctx, 1, chunkio.ID{Inode: 100}, 0, []byte("newer"), true); err != nil {
 		t.Fatal(err)
 	}
 	c.routing.Update(func(r *routing.Routing) { r.Rejoin(1, 2) })
@@ -72,7 +74,7 @@ func TestResyncTouchesOnlyItsChain(t *testing.T) {
 	if perChain[1] != 4 || perChain[2] != 4 || perChain[3] != 0 {
 		t.Fatalf("target 2 holds chunks of chains %v; want 4 of chain 1, 4 of chain 2 and none of chain 3", perChain)
 	}
-	c.sameReplicas(ChunkID{Inode: 100})
+	c.sameReplicas(chunkio.ID{Inode: 100})
 }
 
 // TestChainKeepsLastServing: the chain's replicas leave one by one; the last
@@ -83,7 +85,7 @@ func TestChainKeepsLastServing(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 30*time.Second)
-	chunk := ChunkID{Inode: 9}
+	chunk := chunkio.ID{Inode: 9}
 	if _, err := cl.write(ctx, chunk, 0, []byte("first"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -135,16 +137,16 @@ func TestRetryAppliedOnceAcrossRestart(t *testing.T) {
 	c := newCluster(t, 3)
 	a, b := c.client("a"), c.client("b")
 	ctx := ctxT(t, 20*time.Second)
-	chunk := ChunkID{Inode: 3}
+	chunk := chunkio.ID{Inode: 3}
 	copy(a.buf, "AAAA")
-	req := &storagepb.UpdateRequest{Chain: uint32(testChain), Chunk: chunk.Proto(), Length: 4, Crc: CRC([]byte("AAAA")),
+	req := &storagepb.UpdateRequest{Chain: uint32(testChain), Chunk: chunk.Proto(), Length: 4, Crc: chunkio.CRC([]byte("AAAA")),
 		Src: &storagepb.RemoteBuf{Node: string(a.mr.Remote(0, 4).Node), Key: a.mr.Key(), Len: 4}, Client: 42, Seq: 7, FullChunk: true}
 	send := func() *storagepb.UpdateReply {
 		t.Helper()
 		ch := c.routing.Routing().Chains[testChain]
 		req.ChainVer, req.Target = ch.Version, uint32(ch.Targets[0])
 		var resp storagepb.UpdateReply
-		if err := a.ep.Call(ctx, c.routing.Routing().Targets[ch.Targets[0]].Node, MethodUpdate, req, &resp); err != nil {
+		if err := a.ep.Call(ctx, c.routing.Routing().Targets[ch.Targets[0]].Node, chunkio.MethodUpdate, req, &resp); err != nil {
 			t.Fatal(err)
 		}
 		return &resp
@@ -182,14 +184,14 @@ func TestNoNumberReusedAfterLostForward(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 30*time.Second)
-	chunk := ChunkID{Inode: 4}
+	chunk := chunkio.ID{Inode: 4}
 	if _, err := cl.write(ctx, chunk, 0, bytes.Repeat([]byte("0"), 8<<10), true); err != nil {
 		t.Fatal(err)
 	}
 	// The middle works on the forward to its end, as over TCP, though the
 	// head gives up on it; its own forward to the tail is slow.
-	c.net.Add(faulty.Rule{From: c.eps[0].ID(), To: c.eps[1].ID(), Method: MethodUpdate, Action: faulty.Detach, Count: 1})
-	c.net.Add(faulty.Rule{From: c.eps[1].ID(), To: c.eps[2].ID(), Method: MethodUpdate, Action: faulty.Delay, Delay: time.Second, Count: 1})
+	c.net.Add(faulty.Rule{From: c.eps[0].ID(), To: c.eps[1].ID(), Method: chunkio.MethodUpdate, Action: faulty.Detach, Count: 1})
+	c.net.Add(faulty.Rule{From: c.eps[1].ID(), To: c.eps[2].ID(), Method: chunkio.MethodUpdate, Action: faulty.Delay, Delay: time.Second, Count: 1})
 	cl.AttemptTimeout = 200 * time.Millisecond
 	short := ctxT(t, 300*time.Millisecond)
 	if _, err := cl.write(short, chunk, 0, []byte("XXXX"), false); err == nil {
@@ -215,7 +217,7 @@ func TestNewTailSettlesPending(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 20*time.Second)
-	chunk := ChunkID{Inode: 6}
+	chunk := chunkio.ID{Inode: 6}
 	if _, err := cl.write(ctx, chunk, 0, []byte("one"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -257,7 +259,7 @@ func TestNodeNotReadyIsRetried(t *testing.T) {
 		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*Engine{1: c.engines[0]}, Logger: quiet,
 			Ready: func() error {
 				if !ready.Load() {
-					return fmt.Errorf("no lease yet: %w", ErrUnavailable)
+					return fmt.Errorf("no lease yet: %w", chunkio.ErrUnavailable)
 				}
 				return nil
 			}})
@@ -269,7 +271,7 @@ func TestNodeNotReadyIsRetried(t *testing.T) {
 		time.AfterFunc(300*time.Millisecond, func() { ready.Store(true) })
 	})
 	start := time.Now()
-	if _, err := cl.write(ctx, ChunkID{Inode: 1}, 0, []byte("late"), true); err != nil {
+	if _, err := cl.write(ctx, chunkio.ID{Inode: 1}, 0, []byte("late"), true); err != nil {
 		t.Fatalf("write to a starting node: %v", err)
 	}
 	if !ready.Load() || time.Since(start) < 600*time.Millisecond {
@@ -285,12 +287,12 @@ func TestBadRequestsRefused(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	ch := c.routing.Routing().Chains[testChain]
 	var rr storagepb.RemoveReply
-	err := cl.ep.Call(ctx, c.eps[0].ID(), MethodRemove, &storagepb.RemoveRequest{Chain: uint32(testChain), ChainVer: ch.Version, Target: 1}, &rr)
+	err := cl.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodRemove, &storagepb.RemoveRequest{Chain: uint32(testChain), ChainVer: ch.Version, Target: 1}, &rr)
 	if !errors.Is(err, fabric.ErrBadRequest) {
 		t.Fatalf("remove without a chunk: %v", err)
 	}
 	var qr storagepb.QueryReply
-	err = cl.ep.Call(ctx, c.eps[0].ID(), MethodQuery, &storagepb.QueryRequest{Chain: uint32(testChain), ChainVer: ch.Version, Target: 1}, &qr)
+	err = cl.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodQuery, &storagepb.QueryRequest{Chain: uint32(testChain), ChainVer: ch.Version, Target: 1}, &qr)
 	if !errors.Is(err, fabric.ErrBadRequest) {
 		t.Fatalf("query without a chunk: %v", err)
 	}
@@ -311,12 +313,12 @@ func TestFullTargetFailsFast(t *testing.T) {
 	}
 	setFull(true)
 	start := time.Now()
-	_, err := cl.write(ctx, ChunkID{Inode: 1}, 0, []byte("x"), true)
-	if !errors.Is(err, ErrNoSpace) || time.Since(start) > time.Second {
+	_, err := cl.write(ctx, chunkio.ID{Inode: 1}, 0, []byte("x"), true)
+	if !errors.Is(err, chunkio.ErrNoSpace) || time.Since(start) > time.Second {
 		t.Fatalf("write to a chain with a full target: %v after %v", err, time.Since(start))
 	}
 	setFull(false)
-	if _, err := cl.write(ctx, ChunkID{Inode: 1}, 0, []byte("x"), true); err != nil {
+	if _, err := cl.write(ctx, chunkio.ID{Inode: 1}, 0, []byte("x"), true); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -329,7 +331,7 @@ func TestResyncClearsStalePending(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 20*time.Second)
-	chunk := ChunkID{Inode: 8}
+	chunk := chunkio.ID{Inode: 8}
 	if _, err := cl.write(ctx, chunk, 0, []byte("committed"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -360,7 +362,7 @@ func TestTornPendingDropped(t *testing.T) {
 	c := newCluster(t, 1)
 	cl := c.client("client")
 	ctx := ctxT(t, 10*time.Second)
-	chunk := ChunkID{Inode: 2}
+	chunk := chunkio.ID{Inode: 2}
 	if _, err := cl.write(ctx, chunk, 0, bytes.Repeat([]byte("a"), 8<<10), true); err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +371,7 @@ func TestTornPendingDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _, err := e.fs.OpenWrite(join(e.chunks, chunk.fileName(v.Slot)))
+	f, _, err := e.fs.OpenWrite(join(e.chunks, fileName(chunk, v.Slot)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"container/list"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sluicefs/sluice/chunkio"
 )
 
 // fileCache keeps chunk files open for reads: a chunk's two files are
@@ -19,7 +21,7 @@ type fileCache struct {
 }
 
 type fileKey struct {
-	id   ChunkID
+	id   chunkio.ID
 	slot uint32
 }
 

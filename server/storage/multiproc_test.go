@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/sluicefs/sluice/routing"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -116,7 +118,7 @@ func TestMultiProcess(t *testing.T) {
 	defer rt.Close()
 	buf := make([]byte, 2<<20)
 	mr, _ := ep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
-	cl := &testClient{Client: NewClient(ep, rt), buf: buf, mr: mr}
+	cl := &testClient{Client: chunkio.NewClient(ep, rt), buf: buf, mr: mr}
 	cl.AttemptTimeout = time.Second
 
 	ctx := ctxT(t, 120*time.Second)
@@ -126,7 +128,7 @@ func TestMultiProcess(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		for i := 1; i <= writes; i++ {
-			if _, err := cl.write(ctx, ChunkID{Inode: 500, Index: uint32(i % chunks)}, 0, value(i), true); err != nil {
+			if _, err := cl.write(ctx, chunkio.ID{Inode: 500, Index: uint32(i % chunks)}, 0, value(i), true); err != nil {
 				done <- fmt.Errorf("write %d: %w", i, err)
 				return
 			}
@@ -168,7 +170,7 @@ func TestMultiProcess(t *testing.T) {
 	for c := 0; c < chunks; c++ {
 		last := writes - (writes-c)%chunks
 		for replica := 0; replica < 3; replica++ {
-			got, _, err := cl.read(ctx, ChunkID{Inode: 500, Index: uint32(c)}, 0, 64<<10)
+			got, _, err := cl.read(ctx, chunkio.ID{Inode: 500, Index: uint32(c)}, 0, 64<<10)
 			if err != nil {
 				t.Fatalf("chunk %d: %v", c, err)
 			}

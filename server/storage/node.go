@@ -8,18 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/sluicefs/sluice/routing"
 
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/storagepb"
-)
-
-// Fabric methods a storage node serves.
-const (
-	MethodUpdate = "storage.Update"
-	MethodRead   = "storage.Read"
-	MethodQuery  = "storage.Query"
-	MethodRemove = "storage.Remove"
 )
 
 // NodeConfig configures a storage node. Zero fields take the defaults.
@@ -107,10 +101,10 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	for i := 0; i < cfg.Buffers; i++ {
 		n.free <- i
 	}
-	fabric.Handle(n.ep, MethodUpdate, n.update)
-	fabric.Handle(n.ep, MethodRead, n.read)
-	fabric.Handle(n.ep, MethodQuery, n.query)
-	fabric.Handle(n.ep, MethodRemove, n.remove)
+	fabric.Handle(n.ep, chunkio.MethodUpdate, n.update)
+	fabric.Handle(n.ep, chunkio.MethodRead, n.read)
+	fabric.Handle(n.ep, chunkio.MethodQuery, n.query)
+	fabric.Handle(n.ep, chunkio.MethodRemove, n.remove)
 	fabric.Handle(n.ep, MethodSyncList, n.syncList)
 	fabric.Handle(n.ep, MethodSyncWrite, n.syncWrite)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -140,27 +134,27 @@ func (n *Node) route(chainID uint32, chainVer uint64, target uint32) (routing.Ch
 	r := n.routing.Routing()
 	c, ok := r.Chains[routing.ChainID(chainID)]
 	if !ok {
-		return routing.Chain{}, nil, fmt.Errorf("%w: no chain %d", ErrStaleChainVersion, chainID)
+		return routing.Chain{}, nil, fmt.Errorf("%w: no chain %d", chunkio.ErrStaleChainVersion, chainID)
 	}
 	if c.Version != chainVer {
-		return routing.Chain{}, nil, fmt.Errorf("chain %d at version %d, request has %d: %w", chainID, c.Version, chainVer, ErrStaleChainVersion)
+		return routing.Chain{}, nil, fmt.Errorf("chain %d at version %d, request has %d: %w", chainID, c.Version, chainVer, chunkio.ErrStaleChainVersion)
 	}
 	e := n.cfg.Targets[routing.TargetID(target)]
 	if _, _, in := c.Position(routing.TargetID(target)); !in || e == nil {
-		return routing.Chain{}, nil, fmt.Errorf("target %d not in chain %d v%d here: %w", target, chainID, chainVer, ErrStaleChainVersion)
+		return routing.Chain{}, nil, fmt.Errorf("target %d not in chain %d v%d here: %w", target, chainID, chainVer, chunkio.ErrStaleChainVersion)
 	}
 	if c.State(routing.TargetID(target)) == routing.Offline {
-		return routing.Chain{}, nil, fmt.Errorf("target %d is offline in chain %d: %w", target, chainID, ErrUnavailable)
+		return routing.Chain{}, nil, fmt.Errorf("target %d is offline in chain %d: %w", target, chainID, chunkio.ErrUnavailable)
 	}
 	return c, e, nil
 }
 
 // chunkOf is a request's chunk, which it must name.
-func chunkOf(p *storagepb.ChunkID) (ChunkID, error) {
+func chunkOf(p *storagepb.ChunkID) (chunkio.ID, error) {
 	if p == nil {
-		return ChunkID{}, fmt.Errorf("%w: no chunk named", fabric.ErrBadRequest)
+		return chunkio.ID{}, fmt.Errorf("%w: no chunk named", fabric.ErrBadRequest)
 	}
-	return ChunkFromProto(p), nil
+	return chunkio.FromProto(p), nil
 }
 
 func (n *Node) buffer(ctx context.Context) (int, []byte, error) {
@@ -177,7 +171,7 @@ func (n *Node) buffer(ctx context.Context) (int, []byte, error) {
 // checksums the blocks) and returns the buffer (n.free <- slot).
 func (n *Node) pull(ctx context.Context, src *storagepb.RemoteBuf, length uint32) (int, []byte, error) {
 	if int(length) > n.cfg.BufferSize || src.GetLen() != length {
-		return 0, nil, fmt.Errorf("%d bytes (source %d): %w", length, src.GetLen(), ErrTooLarge)
+		return 0, nil, fmt.Errorf("%d bytes (source %d): %w", length, src.GetLen(), chunkio.ErrTooLarge)
 	}
 	slot, buf, err := n.buffer(ctx)
 	if err != nil {
@@ -209,10 +203,10 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 	}
 	if req.UpdateVer == 0 {
 		if chain.Targets[0] != routing.TargetID(req.Target) {
-			return nil, fmt.Errorf("chain %d: target %d: %w", req.Chain, req.Target, ErrNotHead)
+			return nil, fmt.Errorf("chain %d: target %d: %w", req.Chain, req.Target, chunkio.ErrNotHead)
 		}
 		if st := chain.State(routing.TargetID(req.Target)); st != routing.Serving {
-			return nil, fmt.Errorf("chain %d: head %d is %v: %w", req.Chain, req.Target, st, ErrUnavailable)
+			return nil, fmt.Errorf("chain %d: head %d is %v: %w", req.Chain, req.Target, st, chunkio.ErrUnavailable)
 		}
 		// A client's retry of an update already done gets the same answer.
 		return n.seen.do(dedupeKey{req.Client, req.Seq}, func() (*storagepb.UpdateReply, error) {
@@ -230,7 +224,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 		return nil, fmt.Errorf("update of chunk %v: %w", req.Chunk, err)
 	}
 	defer func() { n.free <- slot }()
-	id := ChunkFromProto(req.Chunk)
+	id := chunkio.FromProto(req.Chunk)
 	self := routing.TargetID(req.Target)
 	unlock := n.chunks.lock(lockKey{self, id})
 	defer unlock()
@@ -273,7 +267,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 		sr.wantVer = &req.VerCrc
 	}
 	v, finish, err := e.store(sr)
-	if errors.Is(err, ErrVersion) {
+	if errors.Is(err, chunkio.ErrVersion) {
 		// Already committed here: a forward retried after it succeeded, or
 		// a late copy of one. The same number must mean the same bytes.
 		m, merr := e.Meta(id)
@@ -285,7 +279,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 			return &storagepb.UpdateReply{CommitVer: c.Ver, ChunkLen: c.Length}, nil
 		}
 		n.log.Error("chunk version committed here with other bytes than the head's", "chunk", id, "version", ver, "target", self)
-		return nil, fmt.Errorf("chunk %v version %d committed at target %d with CRC %08x, the head's is %08x: %w", id, ver, self, c.GetCrc(), req.VerCrc, ErrDiverged)
+		return nil, fmt.Errorf("chunk %v version %d committed at target %d with CRC %08x, the head's is %08x: %w", id, ver, self, c.GetCrc(), req.VerCrc, chunkio.ErrDiverged)
 	}
 	if err != nil {
 		return nil, err
@@ -308,7 +302,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 			return nil, nil, err
 		}
 		return &storagepb.UpdateRequest{
-			Chain: req.Chain, Chunk: req.Chunk, Length: uint32(got), Crc: CRC(fbuf[:got]),
+			Chain: req.Chain, Chunk: req.Chunk, Length: uint32(got), Crc: chunkio.CRC(fbuf[:got]),
 			UpdateVer: ver, FullChunk: true, Src: n.remote(fslot, uint32(got)),
 			Client: req.Client, Seq: req.Seq, VerCrc: v.Crc,
 		}, func() { n.free <- fslot }, nil
@@ -342,7 +336,7 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storag
 // for the chain's committed version (a tail, a resync's source). The
 // version was never acknowledged, so it may take effect now; a reader may
 // even have seen it already, at a tail that then left the chain.
-func (n *Node) settlePending(ctx context.Context, chain routing.Chain, self routing.TargetID, e *Engine, id ChunkID) error {
+func (n *Node) settlePending(ctx context.Context, chain routing.Chain, self routing.TargetID, e *Engine, id chunkio.ID) error {
 	m, err := e.Meta(id)
 	if err != nil {
 		return err
@@ -352,7 +346,7 @@ func (n *Node) settlePending(ctx context.Context, chain routing.Chain, self rout
 		return nil
 	}
 	if int(p.Length) > n.cfg.BufferSize {
-		return fmt.Errorf("settle pending version %d of %d bytes: %w", p.Ver, p.Length, ErrTooLarge)
+		return fmt.Errorf("settle pending version %d of %d bytes: %w", p.Ver, p.Length, chunkio.ErrTooLarge)
 	}
 	slot, buf, err := n.buffer(ctx)
 	if err != nil {
@@ -360,7 +354,7 @@ func (n *Node) settlePending(ctx context.Context, chain routing.Chain, self rout
 	}
 	defer func() { n.free <- slot }()
 	got, _, err := e.ReadVersion(id, p.Ver, 0, buf[:p.Length])
-	if errors.Is(err, ErrChecksum) {
+	if errors.Is(err, chunkio.ErrChecksum) {
 		// Torn (a power loss before its sync): it was never acknowledged,
 		// and what it held is gone here; better given up than committed.
 		n.log.Error("pending version unreadable; dropped", "chunk", id, "version", p.Ver, "target", self, "err", err)
@@ -370,7 +364,7 @@ func (n *Node) settlePending(ctx context.Context, chain routing.Chain, self rout
 		return fmt.Errorf("settle pending version %d: %w", p.Ver, err)
 	}
 	req := &storagepb.UpdateRequest{
-		Chain: uint32(chain.ID), Chunk: id.Proto(), Length: uint32(got), Crc: CRC(buf[:got]),
+		Chain: uint32(chain.ID), Chunk: id.Proto(), Length: uint32(got), Crc: chunkio.CRC(buf[:got]),
 		UpdateVer: p.Ver, FullChunk: true, Src: n.remote(slot, uint32(got)),
 		Client: p.Client, Seq: p.Seq, VerCrc: p.Crc,
 	}
@@ -388,7 +382,7 @@ func (n *Node) settlePending(ctx context.Context, chain routing.Chain, self rout
 // is its chain's serving tail and finds a pending version: its committed
 // version is the chain's, and the pending one may already have been
 // committed (and read) at a tail that left.
-func (n *Node) settleAtTail(ctx context.Context, chain routing.Chain, self routing.TargetID, e *Engine, id ChunkID) (*storagepb.ChunkMeta, error) {
+func (n *Node) settleAtTail(ctx context.Context, chain routing.Chain, self routing.TargetID, e *Engine, id chunkio.ID) (*storagepb.ChunkMeta, error) {
 	unlock := n.chunks.lock(lockKey{self, id})
 	defer unlock()
 	if err := n.settlePending(ctx, chain, self, e, id); err != nil {
@@ -429,12 +423,12 @@ func (n *Node) forward(ctx context.Context, self routing.TargetID, req *storagep
 		}
 		send.ChainVer, send.Target = c.Version, uint32(succ.ID)
 		var resp storagepb.UpdateReply
-		err := n.ep.Call(ctx, succ.Node, MethodUpdate, send, &resp)
-		if errors.Is(err, ErrDiverged) && !send.FullChunk {
+		err := n.ep.Call(ctx, succ.Node, chunkio.MethodUpdate, send, &resp)
+		if errors.Is(err, chunkio.ErrDiverged) && !send.FullChunk {
 			// The successor's base differs from ours: send the whole version.
-			n.log.Warn("successor diverged; sending the whole chunk", "chain", req.Chain, "chunk", ChunkFromProto(req.Chunk), "successor", succ.ID)
+			n.log.Warn("successor diverged; sending the whole chunk", "chain", req.Chain, "chunk", chunkio.FromProto(req.Chunk), "successor", succ.ID)
 			diverged = true
-			return fmt.Errorf("forward to target %d: %w", succ.ID, ErrNotCommitted)
+			return fmt.Errorf("forward to target %d: %w", succ.ID, chunkio.ErrNotCommitted)
 		}
 		return err
 	})
@@ -450,7 +444,7 @@ func (n *Node) toSuccessor(ctx context.Context, self routing.TargetID, chain rou
 		c, ok := r.Chains[chain]
 		_, succ, in := c.Position(self)
 		if !ok || !in {
-			return fmt.Errorf("target %d left chain %d: %w", self, chain, ErrStaleChainVersion)
+			return fmt.Errorf("target %d left chain %d: %w", self, chain, chunkio.ErrStaleChainVersion)
 		}
 		if succ == 0 {
 			return nil
@@ -461,7 +455,7 @@ func (n *Node) toSuccessor(ctx context.Context, self routing.TargetID, chain rou
 		if err == nil {
 			return nil
 		}
-		if !retryable(err) || ctx.Err() != nil {
+		if !chunkio.Retryable(err) || ctx.Err() != nil {
 			return fmt.Errorf("forward to target %d: %w", succ, err)
 		}
 		n.log.Debug("forward failed; waiting for routing", "chain", chain, "successor", succ, "err", err)
@@ -490,21 +484,12 @@ func (n *Node) remove(ctx context.Context, peer fabric.NodeID, req *storagepb.Re
 	err = n.toSuccessor(ctx, routing.TargetID(req.Target), routing.ChainID(req.Chain), func(ctx context.Context, c routing.Chain, succ routing.Target) error {
 		fwd := &storagepb.RemoveRequest{Chain: req.Chain, ChainVer: c.Version, Target: uint32(succ.ID), Chunk: req.Chunk}
 		var resp storagepb.RemoveReply
-		return n.ep.Call(ctx, succ.Node, MethodRemove, fwd, &resp)
+		return n.ep.Call(ctx, succ.Node, chunkio.MethodRemove, fwd, &resp)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &storagepb.RemoveReply{}, e.Remove(id)
-}
-
-// retryable reports errors that new routing may cure.
-func retryable(err error) bool {
-	return errors.Is(err, ErrStaleChainVersion) || errors.Is(err, ErrNotHead) || errors.Is(err, ErrUnavailable) ||
-		errors.Is(err, fabric.ErrPeerClosed) || errors.Is(err, fabric.ErrUnreachable) ||
-		errors.Is(err, fabric.ErrUnknownMethod) || // a node still starting
-		errors.Is(err, fabric.ErrClosed) ||
-		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrNotCommitted)
 }
 
 // read serves a batch of reads and pushes the bytes into the caller's
@@ -566,7 +551,7 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	for k, done := range dones {
 		if !done() {
 			res := reply.Results[views[k]]
-			err := fmt.Errorf("chunk %v: rewritten while being sent: %w", entryChunk(req.Entries[views[k]]), ErrNotCommitted)
+			err := fmt.Errorf("chunk %v: rewritten while being sent: %w", entryChunk(req.Entries[views[k]]), chunkio.ErrNotCommitted)
 			*res = storagepb.ReadResult{Code: uint32(fabric.CodeOf(err)), Error: err.Error()}
 		}
 	}
@@ -576,7 +561,7 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	return reply, nil
 }
 
-func entryChunk(e *storagepb.ReadEntry) ChunkID { return ChunkID{Inode: e.Inode, Index: e.Index} }
+func entryChunk(e *storagepb.ReadEntry) chunkio.ID { return chunkio.ID{Inode: e.Inode, Index: e.Index} }
 
 // readBuffers recycles the buffers reads are copied into when they cannot
 // be served from views.
@@ -595,7 +580,7 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 	}
 	self := routing.TargetID(e.Target)
 	if st := chain.State(self); st != routing.Serving {
-		return nil, nil, 0, 0, fmt.Errorf("target %d is %v in chain %d: %w", e.Target, st, e.Chain, ErrUnavailable)
+		return nil, nil, 0, 0, fmt.Errorf("target %d is %v in chain %d: %w", e.Target, st, e.Chain, chunkio.ErrUnavailable)
 	}
 	id := entryChunk(e)
 	m, err := eng.Meta(id)
@@ -605,7 +590,7 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 	ver := uint64(0)
 	if p := m.GetPending(); p != nil {
 		if failIfDirty {
-			return nil, nil, 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
+			return nil, nil, 0, 0, fmt.Errorf("chunk %v: %w", id, chunkio.ErrNotCommitted)
 		}
 		if servingTail(chain) == self {
 			if m, err = n.settleAtTail(ctx, chain, self, eng, id); err != nil {
@@ -622,7 +607,7 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 				ver = p.Ver
 			case tailVer == c.GetVer() && tailCRC == c.GetCrc():
 			default:
-				return nil, nil, 0, 0, fmt.Errorf("chunk %v: tail has version %d, here %d/%d: %w", id, tailVer, c.GetVer(), p.Ver, ErrNotCommitted)
+				return nil, nil, 0, 0, fmt.Errorf("chunk %v: tail has version %d, here %d/%d: %w", id, tailVer, c.GetVer(), p.Ver, chunkio.ErrNotCommitted)
 			}
 		}
 	}
@@ -633,12 +618,12 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 		got, v, err = eng.ReadVersion(id, ver, e.Offset, data)
 		data = data[:got]
 	}
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, chunkio.ErrNotFound) {
 		return nil, nil, 0, 0, nil // never written: a hole (the CRC of nothing is 0)
 	}
-	if errors.Is(err, ErrVersion) {
+	if errors.Is(err, chunkio.ErrVersion) {
 		// The version moved on (committed or replaced) since we looked.
-		return nil, nil, 0, 0, fmt.Errorf("chunk %v: %w", id, ErrNotCommitted)
+		return nil, nil, 0, 0, fmt.Errorf("chunk %v: %w", id, chunkio.ErrNotCommitted)
 	}
 	if err != nil {
 		return nil, nil, 0, 0, err
@@ -653,7 +638,7 @@ func (n *Node) queryTail(ctx context.Context, c routing.Chain, chunk *storagepb.
 	tail := servingTail(c)
 	node := r.Targets[tail].Node
 	var resp storagepb.QueryReply
-	err := n.ep.Call(ctx, node, MethodQuery, &storagepb.QueryRequest{Chain: uint32(c.ID), ChainVer: c.Version, Chunk: chunk, Target: uint32(tail)}, &resp)
+	err := n.ep.Call(ctx, node, chunkio.MethodQuery, &storagepb.QueryRequest{Chain: uint32(c.ID), ChainVer: c.Version, Chunk: chunk, Target: uint32(tail)}, &resp)
 	if err != nil {
 		return 0, 0, fmt.Errorf("ask tail %d: %w", tail, err)
 	}
@@ -672,7 +657,7 @@ func (n *Node) query(ctx context.Context, peer fabric.NodeID, req *storagepb.Que
 	}
 	self := routing.TargetID(req.Target)
 	if servingTail(chain) != self {
-		return nil, fmt.Errorf("target %d is not chain %d's serving tail: %w", self, req.Chain, ErrStaleChainVersion)
+		return nil, fmt.Errorf("target %d is not chain %d's serving tail: %w", self, req.Chain, chunkio.ErrStaleChainVersion)
 	}
 	m, err := e.Meta(id)
 	if err != nil {
@@ -689,7 +674,7 @@ func (n *Node) query(ctx context.Context, peer fabric.NodeID, req *storagepb.Que
 // lockKey names one target's copy of a chunk.
 type lockKey struct {
 	target routing.TargetID
-	chunk  ChunkID
+	chunk  chunkio.ID
 }
 
 // keyedMutex serializes work per key with no false sharing between keys

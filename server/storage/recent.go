@@ -6,6 +6,8 @@ import (
 	"os"
 	"sync"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/sluicefs/sluice/internal/crc32c"
 	"github.com/sluicefs/sluice/proto/storagepb"
 )
@@ -51,8 +53,8 @@ func openRecent(dir string) (*recentLog, error) {
 }
 
 // chunks returns every chunk either file names.
-func (l *recentLog) chunks() ([]ChunkID, error) {
-	var ids []ChunkID
+func (l *recentLog) chunks() ([]chunkio.ID, error) {
+	var ids []chunkio.ID
 	for _, f := range l.files {
 		st, err := f.Stat()
 		if err != nil {
@@ -64,7 +66,7 @@ func (l *recentLog) chunks() ([]ChunkID, error) {
 		}
 		for ; len(b) >= recentEntry; b = b[recentEntry:] {
 			if crc32c.Checksum(b[:12]) == binary.LittleEndian.Uint32(b[12:16]) {
-				ids = append(ids, ChunkID{Inode: binary.LittleEndian.Uint64(b), Index: binary.LittleEndian.Uint32(b[8:])})
+				ids = append(ids, chunkio.ID{Inode: binary.LittleEndian.Uint64(b), Index: binary.LittleEndian.Uint32(b[8:])})
 			}
 		}
 	}
@@ -73,7 +75,7 @@ func (l *recentLog) chunks() ([]ChunkID, error) {
 
 // note writes id's entry; call it holding l.mu shared, before writing the
 // chunk's record, and keep holding it until the record is written.
-func (l *recentLog) note(id ChunkID) error {
+func (l *recentLog) note(id chunkio.ID) error {
 	var b [recentEntry]byte
 	binary.LittleEndian.PutUint64(b[:], id.Inode)
 	binary.LittleEndian.PutUint32(b[8:], id.Index)
@@ -129,7 +131,7 @@ func (e *Engine) syncRecords() {
 
 // putRecent writes the record of a version committed as stored without a
 // sync, naming the chunk in the recent log first (see recentLog).
-func (e *Engine) putRecent(id ChunkID, m *storagepb.ChunkMeta) error {
+func (e *Engine) putRecent(id chunkio.ID, m *storagepb.ChunkMeta) error {
 	e.recent.mu.RLock()
 	defer e.recent.mu.RUnlock()
 	if err := e.recent.note(id); err != nil {

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+
+	"github.com/sluicefs/sluice/chunkio"
 )
 
 // TestRecentLog: entries written survive reopening (they are in the
@@ -18,8 +20,8 @@ func TestRecentLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b, c := ChunkID{1, 2}, ChunkID{3, 4}, ChunkID{1 << 40, 9}
-	for _, id := range []ChunkID{a, b} {
+	a, b, c := chunkio.ID{Inode: 1, Index: 2}, chunkio.ID{Inode: 3, Index: 4}, chunkio.ID{Inode: 1 << 40, Index: 9}
+	for _, id := range []chunkio.ID{a, b} {
 		if err := l.note(id); err != nil {
 			t.Fatal(err)
 		}
@@ -31,7 +33,7 @@ func TestRecentLog(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.close()
-	if got, err := l.chunks(); err != nil || !slices.Equal(got, []ChunkID{a, b}) {
+	if got, err := l.chunks(); err != nil || !slices.Equal(got, []chunkio.ID{a, b}) {
 		t.Fatalf("after reopening: %v %v, want [%v %v]", got, err, a, b)
 	}
 	l.clear()
@@ -46,13 +48,13 @@ func TestRecentLog(t *testing.T) {
 	if err := l.note(c); err != nil { // goes to the other file
 		t.Fatal(err)
 	}
-	if got, _ := l.chunks(); !slices.Equal(got, []ChunkID{a, c}) && !slices.Equal(got, []ChunkID{c, a}) {
+	if got, _ := l.chunks(); !slices.Equal(got, []chunkio.ID{a, c}) && !slices.Equal(got, []chunkio.ID{c, a}) {
 		t.Fatalf("a failed sync dropped entries: %v", got)
 	}
 	if err := l.retire(func() error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := l.chunks(); !slices.Equal(got, []ChunkID{a}) {
+	if got, _ := l.chunks(); !slices.Equal(got, []chunkio.ID{a}) {
 		t.Fatalf("after retiring the file holding %v: %v, want [%v] (the other file, not yet retired)", c, got, a)
 	}
 	if err := l.clear(); err != nil {

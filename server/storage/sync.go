@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/sluicefs/sluice/routing"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -114,7 +116,7 @@ func (n *Node) syncTarget(ctx context.Context, chainID routing.ChainID, self, su
 	if err != nil {
 		return 0, err
 	}
-	theirs := map[ChunkID]*storagepb.SyncEntry{}
+	theirs := map[chunkio.ID]*storagepb.SyncEntry{}
 	var after *storagepb.ChunkID
 	for {
 		var page storagepb.SyncListReply
@@ -123,15 +125,15 @@ func (n *Node) syncTarget(ctx context.Context, chainID routing.ChainID, self, su
 			return 0, fmt.Errorf("list target %d: %w", succ, err)
 		}
 		for _, e := range page.Entries {
-			theirs[ChunkFromProto(e.Chunk)] = e
+			theirs[chunkio.FromProto(e.Chunk)] = e
 			after = e.Chunk
 		}
 		if !page.More {
 			break
 		}
 	}
-	var ids []ChunkID
-	if err := n.cfg.Targets[self].Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
+	var ids []chunkio.ID
+	if err := n.cfg.Targets[self].Chunks(func(id chunkio.ID, m *storagepb.ChunkMeta) bool {
 		if m.Chain == uint32(chainID) {
 			ids = append(ids, id)
 		}
@@ -157,7 +159,7 @@ func (n *Node) syncTarget(ctx context.Context, chainID routing.ChainID, self, su
 		return 0, err
 	}
 	if now.Version != chain.Version {
-		return 0, fmt.Errorf("chain %d moved from version %d to %d during the resync of target %d: %w", chainID, chain.Version, now.Version, succ, ErrStaleChainVersion)
+		return 0, fmt.Errorf("chain %d moved from version %d to %d during the resync of target %d: %w", chainID, chain.Version, now.Version, succ, chunkio.ErrStaleChainVersion)
 	}
 	return chain.Version, nil
 }
@@ -175,7 +177,7 @@ func (n *Node) syncRoute(chainID routing.ChainID, self, succ routing.TargetID) (
 
 // syncChunk makes succ's copy of id match self's committed version (or
 // removes it), under the chunk's lock.
-func (n *Node) syncChunk(ctx context.Context, chainID routing.ChainID, self, succ routing.TargetID, id ChunkID, theirs *storagepb.SyncEntry) error {
+func (n *Node) syncChunk(ctx context.Context, chainID routing.ChainID, self, succ routing.TargetID, id chunkio.ID, theirs *storagepb.SyncEntry) error {
 	unlock := n.chunks.lock(lockKey{self, id})
 	defer unlock()
 	chain, node, err := n.syncRoute(chainID, self, succ)
@@ -216,7 +218,7 @@ func (n *Node) syncChunk(ctx context.Context, chainID routing.ChainID, self, suc
 		if err != nil {
 			return err
 		}
-		req.Ver, req.Length, req.Crc, req.Src = v.Ver, uint32(got), CRC(buf[:got]), n.remote(slot, uint32(got))
+		req.Ver, req.Length, req.Crc, req.Src = v.Ver, uint32(got), chunkio.CRC(buf[:got]), n.remote(slot, uint32(got))
 		req.Applied = m.Applied
 	}
 	var resp storagepb.SyncWriteReply
@@ -234,12 +236,12 @@ func (n *Node) syncList(ctx context.Context, peer fabric.NodeID, req *storagepb.
 	}
 	limit := int(min(max(req.Limit, 1), 4096))
 	reply := &storagepb.SyncListReply{}
-	var after *ChunkID
+	var after *chunkio.ID
 	if req.After != nil {
-		a := ChunkFromProto(req.After)
+		a := chunkio.FromProto(req.After)
 		after = &a
 	}
-	err = e.Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
+	err = e.Chunks(func(id chunkio.ID, m *storagepb.ChunkMeta) bool {
 		if after != nil && (id.Inode < after.Inode || id.Inode == after.Inode && id.Index <= after.Index) {
 			return true
 		}
@@ -280,8 +282,8 @@ func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb
 		return nil, fmt.Errorf("sync of chunk %v: %w", id, err)
 	}
 	defer func() { n.free <- slot }()
-	if CRC(data) != req.Crc {
-		return nil, fmt.Errorf("sync of chunk %v: pulled bytes: %w", id, ErrChecksum)
+	if chunkio.CRC(data) != req.Crc {
+		return nil, fmt.Errorf("sync of chunk %v: pulled bytes: %w", id, chunkio.ErrChecksum)
 	}
 	unlock := n.chunks.lock(lockKey{routing.TargetID(req.Target), id})
 	defer unlock()

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 
+	"github.com/sluicefs/sluice/chunkio"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/klauspost/compress/s2"
 
@@ -37,7 +39,7 @@ const trailerSize = 64
 var trailerMagic = [4]byte{'S', 'L', 'V', '1'}
 
 type trailer struct {
-	id         ChunkID
+	id         chunkio.ID
 	slot       uint32
 	ver        uint64
 	length     uint32
@@ -56,7 +58,7 @@ const (
 	flagCommitted  = 2
 )
 
-func newTrailer(id ChunkID, v *storagepb.Version, committed bool) trailer {
+func newTrailer(id chunkio.ID, v *storagepb.Version, committed bool) trailer {
 	return trailer{id: id, slot: v.Slot, ver: v.Ver, length: v.Length, stored: v.Stored, compressed: v.Compressed, committed: committed, crc: v.Crc}
 }
 
@@ -94,7 +96,7 @@ func decodeTrailer(b []byte) (t trailer, ok bool) {
 	}
 	return trailer{
 		ver:        binary.LittleEndian.Uint64(b[4:]),
-		id:         ChunkID{Inode: binary.LittleEndian.Uint64(b[12:]), Index: binary.LittleEndian.Uint32(b[20:])},
+		id:         chunkio.ID{Inode: binary.LittleEndian.Uint64(b[12:]), Index: binary.LittleEndian.Uint32(b[20:])},
 		slot:       binary.LittleEndian.Uint32(b[24:]),
 		length:     binary.LittleEndian.Uint32(b[28:]),
 		stored:     binary.LittleEndian.Uint32(b[32:]),
@@ -151,7 +153,7 @@ func (e *Engine) settle() error {
 			return err
 		}
 	}
-	seen := make(map[ChunkID]bool, len(ids))
+	seen := make(map[chunkio.ID]bool, len(ids))
 	for _, id := range ids {
 		if seen[id] {
 			continue
@@ -170,12 +172,12 @@ func (e *Engine) settle() error {
 }
 
 // recordedChunks lists every chunk with a record.
-func (e *Engine) recordedChunks() ([]ChunkID, error) {
+func (e *Engine) recordedChunks() ([]chunkio.ID, error) {
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'c'}, UpperBound: []byte{'d'}})
 	if err != nil {
 		return nil, err
 	}
-	var ids []ChunkID
+	var ids []chunkio.ID
 	for it.First(); it.Valid(); it.Next() {
 		if id, ok := chunkFromKey(it.Key()); ok {
 			ids = append(ids, id)
@@ -195,7 +197,7 @@ func (e *Engine) syncRecordsNow() error {
 
 // settleChunk commits the newest version of the chunk that was committed
 // as stored and is newer than its record's committed one, if there is one.
-func (e *Engine) settleChunk(id ChunkID) error {
+func (e *Engine) settleChunk(id chunkio.ID) error {
 	m, err := e.metaForUpdate(id)
 	if err != nil {
 		return err
@@ -224,8 +226,8 @@ func (e *Engine) settleChunk(id ChunkID) error {
 // checks out; it syncs the file before it says so. ok is false for a
 // missing, older, pending, torn, foreign or damaged file; err is a failed
 // sync.
-func (e *Engine) storedVersion(id ChunkID, slot uint32, after uint64) (v *storagepb.Version, ok bool, err error) {
-	f, err := e.fs.Open(join(e.chunks, id.fileName(slot)))
+func (e *Engine) storedVersion(id chunkio.ID, slot uint32, after uint64) (v *storagepb.Version, ok bool, err error) {
+	f, err := e.fs.Open(join(e.chunks, fileName(id, slot)))
 	if err != nil {
 		return nil, false, nil
 	}

@@ -1,4 +1,4 @@
-package storage
+package chunkio
 
 import "github.com/sluicefs/sluice/fabric"
 

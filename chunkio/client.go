@@ -1,4 +1,4 @@
-package storage
+package chunkio
 
 import (
 	"context"
@@ -42,7 +42,7 @@ func NewClient(ep fabric.Endpoint, routing routing.Provider) *Client {
 // WriteRegistered writes data, which must lie in mr at offset off, into
 // chunk at chunkOff; full replaces the chunk's content. It returns the
 // committed version.
-func (c *Client) WriteRegistered(ctx context.Context, chain routing.ChainID, chunk ChunkID, chunkOff uint32, full bool, mr fabric.MR, off int, data []byte) (uint64, error) {
+func (c *Client) WriteRegistered(ctx context.Context, chain routing.ChainID, chunk ID, chunkOff uint32, full bool, mr fabric.MR, off int, data []byte) (uint64, error) {
 	rb := mr.Remote(off, len(data))
 	req := &storagepb.UpdateRequest{
 		Chain: uint32(chain), Chunk: chunk.Proto(), Offset: chunkOff, Length: uint32(len(data)), Crc: CRC(data),
@@ -66,7 +66,7 @@ func (c *Client) WriteRegistered(ctx context.Context, chain routing.ChainID, chu
 
 // Remove deletes chunk from every replica of its chain (sent to the head).
 // Removing a chunk that does not exist succeeds.
-func (c *Client) Remove(ctx context.Context, chain routing.ChainID, chunk ChunkID) error {
+func (c *Client) Remove(ctx context.Context, chain routing.ChainID, chunk ID) error {
 	err := c.retry(ctx, func(ctx context.Context, r *routing.Routing, ch routing.Chain) error {
 		head := ch.Targets[0]
 		if ch.State(head) != routing.Serving {
@@ -86,7 +86,7 @@ func (c *Client) Remove(ctx context.Context, chain routing.ChainID, chunk ChunkI
 // mr at offset off. It returns how many bytes the chunk had there and the
 // version read. failIfDirty asks for ErrNotCommitted rather than a query of
 // the tail when an update is in flight.
-func (c *Client) ReadRegistered(ctx context.Context, chain routing.ChainID, chunk ChunkID, chunkOff uint32, mr fabric.MR, off int, buf []byte, failIfDirty bool) (int, uint64, error) {
+func (c *Client) ReadRegistered(ctx context.Context, chain routing.ChainID, chunk ID, chunkOff uint32, mr fabric.MR, off int, buf []byte, failIfDirty bool) (int, uint64, error) {
 	rb := mr.Remote(off, len(buf))
 	var res *storagepb.ReadResult
 	err := c.retry(ctx, func(ctx context.Context, r *routing.Routing, ch routing.Chain) error {
@@ -170,7 +170,7 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *routi
 		if errors.As(err, &final) {
 			return final.error
 		}
-		if !retryable(err) || ctx.Err() != nil {
+		if !Retryable(err) || ctx.Err() != nil {
 			return err
 		}
 		select {
@@ -192,7 +192,7 @@ func (f finalError) Unwrap() error { return f.error }
 // own endpoint (a storage node pushes only to its caller).
 type BatchRead struct {
 	Chain  routing.ChainID
-	Chunk  ChunkID
+	Chunk  ID
 	Offset uint32
 	Dst    fabric.RemoteBuf
 	// Set by ReadBatch: bytes read (short at a chunk's end), and the error
