@@ -17,15 +17,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/tcp"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/routing"
-	"github.com/sluicefs/sluice/server/cluster"
+	"github.com/sluicefs/sluice/rpc"
 	"github.com/sluicefs/sluice/server/meta"
-	"github.com/sluicefs/sluice/server/rpc"
 )
 
 // Config says which cluster to use. Empty fields come from the environment:
@@ -53,7 +53,7 @@ var (
 type Client struct {
 	conn    *rpc.LeaderConn
 	meta    metapb.MetaClient
-	ctx     context.Context // carries the token
+	ctx     context.Context // ends with Close: every call made through the client ends then too
 	cancel  context.CancelFunc
 	routing *routing.WatchedRouting
 	ep      fabric.Endpoint
@@ -83,13 +83,13 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	c.id = binary.LittleEndian.Uint64(b[:]) | 1
-	c.ctx, c.cancel = context.WithCancel(rpc.WithToken(context.Background(), cfg.Token))
+	c.ctx, c.cancel = context.WithCancel(context.Background())
 	var err error
 	fail := func(err error) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
-	if c.conn, err = rpc.Dial(cfg.Cluster); err != nil {
+	if c.conn, err = rpc.Dial(cfg.Cluster, auth.Credentials(cfg.Token)); err != nil {
 		return fail(err)
 	}
 	c.meta = metapb.NewMetaClient(c.conn)
@@ -103,7 +103,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	tr := cfg.Fabric
 	if tr == nil {
-		if tr, err = tcp.New(tcp.Config{Secret: cluster.FabricSecret(cfg.Token), Logger: cfg.Logger}); err != nil {
+		if tr, err = tcp.New(tcp.Config{Secret: auth.FabricSecret(cfg.Token), Logger: cfg.Logger}); err != nil {
 			return fail(err)
 		}
 	}

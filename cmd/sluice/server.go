@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/server/cluster"
 )
 
@@ -65,7 +66,7 @@ func newServerCmd() *cobra.Command {
 				cfg.TokenFile = filepath.Join(cfg.Dir, "token")
 			}
 			os.MkdirAll(cfg.Dir, 0o755)
-			token, err := cluster.LoadToken(cfg.TokenFile)
+			token, err := auth.LoadToken(cfg.TokenFile)
 			if err != nil {
 				return err
 			}

@@ -15,9 +15,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -25,7 +22,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +29,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 
+	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/local"
@@ -40,35 +37,11 @@ import (
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/routing"
+	"github.com/sluicefs/sluice/rpc"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
-	"github.com/sluicefs/sluice/server/rpc"
 	"github.com/sluicefs/sluice/server/storage"
 )
-
-// FabricSecret is the fabric secret derived from the cluster token: every
-// process that holds the token can join the data plane.
-func FabricSecret(token string) []byte {
-	s := sha256.Sum256([]byte("sluice fabric " + token))
-	return s[:]
-}
-
-// LoadToken reads the cluster token at path, making one the first time.
-func LoadToken(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		if t := strings.TrimSpace(string(b)); len(t) >= 16 {
-			return t, nil
-		}
-		return "", fmt.Errorf("cluster: token file %s holds no usable token (16+ characters)", path)
-	}
-	var b [24]byte
-	rand.Read(b[:])
-	token := hex.EncodeToString(b[:])
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("cluster: write token: %w", err)
-	}
-	return token, nil
-}
 
 func quiet(l *slog.Logger) *slog.Logger {
 	if l == nil {
@@ -152,7 +125,7 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	}
 	det := mgmtd.NewDetector(c.replica, 3*time.Second, cfg.Logger)
 	c.spawn(func() { det.Run(bg) })
-	unary, stream := rpc.TokenAuth(cfg.Token)
+	unary, stream := auth.TokenAuth(cfg.Token)
 	c.gs = grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
 	metaSvc := meta.NewService(c.replica)
 	metaSvc.ReportSpace(det.TargetSpace)
@@ -170,7 +143,7 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	// The collector deletes unlinked files' chunks through its own client.
 	var tr fabric.Transport = cfg.Local
 	if cfg.Local == nil {
-		if tr, err = tcp.New(tcp.Config{Secret: FabricSecret(cfg.Token), Logger: cfg.Logger}); err != nil {
+		if tr, err = tcp.New(tcp.Config{Secret: auth.FabricSecret(cfg.Token), Logger: cfg.Logger}); err != nil {
 			return fail(err)
 		}
 	}
@@ -202,12 +175,12 @@ func (c *Control) createTable(ctx context.Context, targets, replicas int) {
 }
 
 func (c *Control) collect(ctx context.Context, tr fabric.Transport, cfg ControlConfig) {
-	conn, err := rpc.Dial(c.Addr)
+	conn, err := rpc.Dial(c.Addr, auth.Credentials(cfg.Token))
 	if err != nil {
 		return
 	}
 	defer conn.Close()
-	rt, err := routing.Watch(rpc.WithToken(ctx, cfg.Token), mgmtdpb.NewMgmtdClient(conn), cfg.Logger)
+	rt, err := routing.Watch(ctx, mgmtdpb.NewMgmtdClient(conn), cfg.Logger)
 	if err != nil {
 		return
 	}
@@ -310,7 +283,7 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		s.engines = append(s.engines, e)
 		targets[routing.TargetID(t)] = e
 	}
-	tr, err := tcp.New(tcp.Config{Secret: FabricSecret(cfg.Token), Logger: cfg.Logger})
+	tr, err := tcp.New(tcp.Config{Secret: auth.FabricSecret(cfg.Token), Logger: cfg.Logger})
 	if err != nil {
 		return fail(err)
 	}
@@ -354,16 +327,15 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: onSynced, Ready: ready}); err != nil {
 		return fail(err)
 	}
-	if s.conn, err = rpc.Dial(cfg.Cluster); err != nil {
+	if s.conn, err = rpc.Dial(cfg.Cluster, auth.Credentials(cfg.Token)); err != nil {
 		return fail(err)
 	}
 	mc := mgmtdpb.NewMgmtdClient(s.conn)
-	actx := rpc.WithToken(bg, cfg.Token)
 	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer rcancel()
 	var agent *mgmtd.Agent
 	for {
-		agent, err = mgmtd.NewAgent(rpc.WithToken(rctx, cfg.Token), mc, &mgmtdpb.Node{Id: cfg.NodeID, Address: string(s.ep.ID())}, cfg.Targets, 500*time.Millisecond, cfg.Logger)
+		agent, err = mgmtd.NewAgent(rctx, mc, &mgmtdpb.Node{Id: cfg.NodeID, Address: string(s.ep.ID())}, cfg.Targets, 500*time.Millisecond, cfg.Logger)
 		if err == nil || rctx.Err() != nil {
 			break
 		}
@@ -372,7 +344,6 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	if err != nil {
 		return fail(fmt.Errorf("cluster: register node %s: %w", cfg.NodeID, err))
 	}
-	agent = mgmtd.RebindAgent(agent, actx)
 	agent.Space = func() []*mgmtdpb.TargetSpace {
 		var out []*mgmtdpb.TargetSpace
 		for id, e := range targets {
@@ -388,7 +359,7 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		defer s.wg.Done()
 		agent.Run(bg)
 	}()
-	if s.routing, err = routing.Watch(actx, mc, cfg.Logger); err != nil {
+	if s.routing, err = routing.Watch(bg, mc, cfg.Logger); err != nil {
 		return fail(err)
 	}
 	late.use(s.routing)
@@ -494,7 +465,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	token, err := LoadToken(filepath.Join(cfg.Dir, "token"))
+	token, err := auth.LoadToken(filepath.Join(cfg.Dir, "token"))
 	if err != nil {
 		return nil, err
 	}

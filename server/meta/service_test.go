@@ -20,8 +20,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/proto/metapb"
-	"github.com/sluicefs/sluice/server/rpc"
+	"github.com/sluicefs/sluice/server/gateway"
 )
 
 const token = "test-cluster-token"
@@ -48,7 +49,7 @@ func apiServerWithMetrics(t *testing.T) (metapb.MetaClient, *httptest.Server, *M
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	unary, stream := rpc.TokenAuth(token)
+	unary, stream := auth.TokenAuth(token)
 	metrics := NewMetrics(r)
 	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(metrics.Interceptor(), unary), grpc.StreamInterceptor(stream))
 	metapb.RegisterMetaServer(gs, NewService(r))
@@ -58,7 +59,7 @@ func apiServerWithMetrics(t *testing.T) (metapb.MetaClient, *httptest.Server, *M
 	}
 	go gs.Serve(ln)
 	t.Cleanup(gs.Stop)
-	gw, err := rpc.Gateway(context.Background(), ln.Addr().String(), nil, metapb.RegisterMetaHandlerFromEndpoint)
+	gw, err := gateway.Gateway(context.Background(), ln.Addr().String(), nil, metapb.RegisterMetaHandlerFromEndpoint)
 	if err != nil {
 		t.Fatal(err)
 	}

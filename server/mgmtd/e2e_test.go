@@ -18,8 +18,8 @@ import (
 	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
-	"github.com/sluicefs/sluice/server/rpc"
 	"github.com/sluicefs/sluice/server/storage"
+	"google.golang.org/grpc/metadata"
 )
 
 // TestStorageUnderMgmtd: three storage nodes run with routing from mgmtd's
@@ -34,7 +34,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	r := soloReplica(t, &metapb.Layout{ChainTable: 1, ChunkSize: 64 << 10, Stripe: 1})
 	conn := serveMgmtd(ctx, t, r)
 	mc := mgmtdpb.NewMgmtdClient(conn)
-	actx := rpc.WithToken(ctx, "tok")
+	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer tok")
 
 	fnet := faulty.New(local.NewNetwork(), 1)
 	type node struct {

@@ -19,7 +19,7 @@ import (
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/routing"
-	"github.com/sluicefs/sluice/server/rpc"
+	"github.com/sluicefs/sluice/server/gateway"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -97,7 +97,7 @@ func TestServiceAndWatch(t *testing.T) {
 	}
 
 	// The same service over REST/JSON, with the token and without.
-	gw, err := rpc.Gateway(ctx, conn.Target(), nil, mgmtdpb.RegisterMgmtdHandlerFromEndpoint)
+	gw, err := gateway.Gateway(ctx, conn.Target(), nil, mgmtdpb.RegisterMgmtdHandlerFromEndpoint)
 	if err != nil {
 		t.Fatal(err)
 	}

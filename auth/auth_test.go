@@ -1,4 +1,4 @@
-package rpc
+package auth_test
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/auth"
+	"github.com/sluicefs/sluice/rpc"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -53,11 +55,11 @@ func selfSigned(t *testing.T) (certFile, keyFile string) {
 // clients are refused.
 func TestTLSAndToken(t *testing.T) {
 	certFile, keyFile := selfSigned(t)
-	creds, err := ServerTLS(certFile, keyFile)
+	creds, err := rpc.ServerTLS(certFile, keyFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	unary, stream := TokenAuth("secret-token")
+	unary, stream := auth.TokenAuth("secret-token")
 	gs := grpc.NewServer(grpc.Creds(creds), grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
 	healthpb.RegisterHealthServer(gs, health.NewServer())
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -69,37 +71,35 @@ func TestTLSAndToken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	ccreds, err := ClientTLS(certFile, "sluice.test")
+	ccreds, err := rpc.ClientTLS(certFile, "sluice.test")
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(ccreds))
-	if err != nil {
-		t.Fatal(err)
+	check := func(opts ...grpc.DialOption) error {
+		conn, err := grpc.NewClient(ln.Addr().String(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
 	}
-	defer conn.Close()
-	h := healthpb.NewHealthClient(conn)
-	if _, err := h.Check(WithToken(ctx, "secret-token"), &healthpb.HealthCheckRequest{}); err != nil {
+	if err := check(grpc.WithTransportCredentials(ccreds), auth.Credentials("secret-token")); err != nil {
 		t.Fatalf("TLS call with the token: %v", err)
 	}
-	if _, err := h.Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unauthenticated {
+	if err := check(grpc.WithTransportCredentials(ccreds)); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("TLS call without the token: %v", err)
 	}
-	if _, err := h.Check(WithToken(ctx, "wrong"), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unauthenticated {
+	if err := check(grpc.WithTransportCredentials(ccreds), auth.Credentials("wrong")); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("TLS call with a wrong token: %v", err)
 	}
-	plain, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer plain.Close()
-	if _, err := healthpb.NewHealthClient(plain).Check(WithToken(ctx, "secret-token"), &healthpb.HealthCheckRequest{}); err == nil {
+	if err := check(grpc.WithTransportCredentials(insecure.NewCredentials()), auth.Credentials("secret-token")); err == nil {
 		t.Fatal("plaintext call to a TLS server succeeded")
 	}
-	if _, err := ClientTLS(keyFile, "x"); err == nil {
+	if _, err := rpc.ClientTLS(keyFile, "x"); err == nil {
 		t.Fatal("a key file was accepted as a CA")
 	}
-	if _, err := ServerTLS(certFile, certFile); err == nil {
+	if _, err := rpc.ServerTLS(certFile, certFile); err == nil {
 		t.Fatal("a certificate was accepted as a key")
 	}
 }
