@@ -6,20 +6,20 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/proto/metapb"
-	"github.com/sluicefs/sluice/server/meta"
 )
 
 // Conditions callers branch on, beside ErrNotExist and ErrExist; the
 // cluster's own errors, so errors.Is matches them whichever side made them.
 var (
-	ErrNotDir      = meta.ErrNotDir
-	ErrIsDir       = meta.ErrIsDir
-	ErrNotEmpty    = meta.ErrNotEmpty
-	ErrInvalid     = meta.ErrInvalidName // a name or argument no call accepts
-	ErrNameTooLong = meta.ErrNameTooLong
-	ErrLoop        = meta.ErrLoop // a directory moved into itself
-	ErrStale       = meta.ErrStale
+	ErrNotDir      = fsmeta.ErrNotDir
+	ErrIsDir       = fsmeta.ErrIsDir
+	ErrNotEmpty    = fsmeta.ErrNotEmpty
+	ErrInvalid     = fsmeta.ErrInvalidName // a name or argument no call accepts
+	ErrNameTooLong = fsmeta.ErrNameTooLong
+	ErrLoop        = fsmeta.ErrLoop // a directory moved into itself
+	ErrStale       = fsmeta.ErrStale
 	ErrNoSpace     = chunkio.ErrNoSpace
 	ErrUnavailable = chunkio.ErrUnavailable // a chain with no serving replica
 )

@@ -21,11 +21,11 @@ import (
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/tcp"
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/rpc"
-	"github.com/sluicefs/sluice/server/meta"
 )
 
 // Config says which cluster to use. Empty fields come from the environment:
@@ -151,7 +151,7 @@ func fsErr(op, p string, err error) error {
 		return nil
 	}
 	cause := err
-	if e := meta.ErrorOf(err); e != nil {
+	if e := fsmeta.ErrorOf(err); e != nil {
 		cause = e // errors.Is(err, ErrNotEmpty) and the like work
 	}
 	switch status.Code(err) {

@@ -2,7 +2,7 @@
 // control plane (gRPC, with the cluster token), follows the routing mgmtd
 // publishes, and moves file data to and from storage over fabric. Files
 // satisfy io.ReaderAt, io.WriterAt and io.Closer; their chunks are placed on
-// chains by the file's layout (meta.ChunkChain).
+// chains by the file's layout (fsmeta.ChunkChain).
 //
 // Entries can be named by absolute path or, with the *At calls, relative to
 // a directory inode, as the FUSE adapter (sdk/fuse) names them. Attribute

@@ -9,8 +9,8 @@ import (
 
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/routing"
-	"github.com/sluicefs/sluice/server/meta"
 )
 
 // piece is the part of a file range inside one chunk.
@@ -58,7 +58,7 @@ func (f *File) pieces(off int64, n, limit int) []piece {
 }
 
 func (f *File) chain(index uint64) routing.ChainID {
-	return routing.ChainID(meta.ChunkChain(f.chains, f.in.Layout, f.in.Ino, index))
+	return routing.ChainID(fsmeta.ChunkChain(f.chains, f.in.Layout, f.in.Ino, index))
 }
 
 func (f *File) chunk(index uint64) chunkio.ID {

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/server/cluster"
-	"github.com/sluicefs/sluice/server/meta"
 )
 
 func startCluster(t *testing.T, dir string) *cluster.Cluster {
@@ -314,7 +314,7 @@ func TestUnlinkedWhileOpen(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := collect(time.Now().Add(meta.ReadLease + time.Second)); n != 1 {
+	if n := collect(time.Now().Add(fsmeta.ReadLease + time.Second)); n != 1 {
 		t.Fatalf("after the close and its lease the collector took %d files, want 1", n)
 	}
 }

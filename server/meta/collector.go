@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/internal/tick"
 	"github.com/sluicefs/sluice/proto/metapb"
@@ -52,7 +54,7 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration) {
 		if c.leaderSince.IsZero() {
 			c.leaderSince = time.Now()
 		}
-		if time.Since(c.leaderSince) < ReadLease {
+		if time.Since(c.leaderSince) < fsmeta.ReadLease {
 			return
 		}
 		if _, err := c.Collect(ctx, time.Now()); err != nil {
@@ -130,7 +132,7 @@ func (s StorageRemover) RemoveChunks(ctx context.Context, f *metapb.Inode) error
 	}
 	n := (f.Size + uint64(l.ChunkSize) - 1) / uint64(l.ChunkSize)
 	for i := uint64(0); i < n; i++ {
-		chain := ChunkChain(chains, l, f.Ino, i)
+		chain := fsmeta.ChunkChain(chains, l, f.Ino, i)
 		if err := s.Client.Remove(ctx, routing.ChainID(chain), chunkio.ID{Inode: f.Ino, Index: uint32(i)}); err != nil {
 			return err
 		}

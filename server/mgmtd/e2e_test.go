@@ -13,6 +13,7 @@ import (
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/fabric/faulty"
 	"github.com/sluicefs/sluice/fabric/local"
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/routing"
@@ -146,7 +147,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	file := res.Inode
 	m, _ := r.ClusterMap()
 	for i := uint64(0); i < 3; i++ {
-		chain := meta.ChunkChain(m.Tables[0].Chains, file.Layout, file.Ino, i)
+		chain := fsmeta.ChunkChain(m.Tables[0].Chains, file.Layout, file.Ino, i)
 		copy(buf, "chunk")
 		if _, err := cl.WriteRegistered(ctx, routing.ChainID(chain), chunkio.ID{Inode: file.Ino, Index: uint32(i)}, 0, true, mr, 0, buf[:5]); err != nil {
 			t.Fatal(err)

@@ -1,9 +1,14 @@
-package meta
+package fsmeta
 
-import "github.com/sluicefs/sluice/fabric"
+import (
+	"strconv"
+
+	"github.com/sluicefs/sluice/fabric"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/status"
+)
 
 // Errors the namespace returns; each keeps its identity across the wire.
-// Codes run FirstAppCode+100 up; +109 is ErrNotLeader (replica.go).
 var (
 	ErrNotFound    = fabric.NewError(fabric.FirstAppCode+100, "meta: no such file or directory")
 	ErrExist       = fabric.NewError(fabric.FirstAppCode+101, "meta: file exists")
@@ -17,3 +22,28 @@ var (
 	// ErrTooManyLeases refuses read leases beyond what the leader keeps.
 	ErrTooManyLeases = fabric.NewError(fabric.FirstAppCode+110, "meta: too many files held open for reading")
 )
+
+// ErrNotLeader: this replica cannot take the request; the error names the
+// leader when it knows one.
+var ErrNotLeader = fabric.NewError(fabric.FirstAppCode+109, "meta: not the leader")
+
+// ErrorDomain marks the gRPC error details that carry a namespace error's
+// fabric code (ErrorInfo.Reason, in decimal); see ErrorOf.
+const ErrorDomain = "meta.sluice"
+
+// CodeOf returns the namespace error a gRPC error carries (ErrNotEmpty and
+// the others, matching with errors.Is), or nil.
+func ErrorOf(err error) error {
+	st, ok := status.FromError(err)
+	if !ok {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
+			if c, err := strconv.Atoi(info.Reason); err == nil {
+				return fabric.RemoteError(fabric.Code(c), st.Message())
+			}
+		}
+	}
+	return nil
+}

@@ -1,4 +1,4 @@
-package meta
+package fsmeta
 
 import (
 	"github.com/sluicefs/sluice/internal/mix"
