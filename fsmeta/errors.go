@@ -3,6 +3,7 @@ package fsmeta
 import (
 	"strconv"
 
+	"github.com/sluicefs/sluice/errcode"
 	"github.com/sluicefs/sluice/fabric"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/status"
@@ -10,22 +11,22 @@ import (
 
 // Errors the namespace returns; each keeps its identity across the wire.
 var (
-	ErrNotFound    = fabric.NewError(fabric.FirstAppCode+100, "meta: no such file or directory")
-	ErrExist       = fabric.NewError(fabric.FirstAppCode+101, "meta: file exists")
-	ErrNotDir      = fabric.NewError(fabric.FirstAppCode+102, "meta: not a directory")
-	ErrIsDir       = fabric.NewError(fabric.FirstAppCode+103, "meta: is a directory")
-	ErrNotEmpty    = fabric.NewError(fabric.FirstAppCode+104, "meta: directory not empty")
-	ErrInvalidName = fabric.NewError(fabric.FirstAppCode+105, "meta: invalid name")
-	ErrNameTooLong = fabric.NewError(fabric.FirstAppCode+106, "meta: name too long")
-	ErrLoop        = fabric.NewError(fabric.FirstAppCode+107, "meta: cannot move a directory into itself")
-	ErrStale       = fabric.NewError(fabric.FirstAppCode+108, "meta: stale file handle")
+	ErrNotFound    = fabric.NewError(errcode.NotFound, "meta: no such file or directory")
+	ErrExist       = fabric.NewError(errcode.Exist, "meta: file exists")
+	ErrNotDir      = fabric.NewError(errcode.NotDir, "meta: not a directory")
+	ErrIsDir       = fabric.NewError(errcode.IsDir, "meta: is a directory")
+	ErrNotEmpty    = fabric.NewError(errcode.NotEmpty, "meta: directory not empty")
+	ErrInvalidName = fabric.NewError(errcode.InvalidName, "meta: invalid name")
+	ErrNameTooLong = fabric.NewError(errcode.NameTooLong, "meta: name too long")
+	ErrLoop        = fabric.NewError(errcode.Loop, "meta: cannot move a directory into itself")
+	ErrStale       = fabric.NewError(errcode.Stale, "meta: stale file handle")
 	// ErrTooManyLeases refuses read leases beyond what the leader keeps.
-	ErrTooManyLeases = fabric.NewError(fabric.FirstAppCode+110, "meta: too many files held open for reading")
+	ErrTooManyLeases = fabric.NewError(errcode.TooManyLeases, "meta: too many files held open for reading")
 )
 
 // ErrNotLeader: this replica cannot take the request; the error names the
 // leader when it knows one.
-var ErrNotLeader = fabric.NewError(fabric.FirstAppCode+109, "meta: not the leader")
+var ErrNotLeader = fabric.NewError(errcode.NotLeader, "meta: not the leader")
 
 // ErrorDomain marks the gRPC error details that carry a namespace error's
 // fabric code (ErrorInfo.Reason, in decimal); see ErrorOf.

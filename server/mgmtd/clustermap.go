@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicefs/sluice/errcode"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/routing"
@@ -17,7 +18,7 @@ import (
 
 // ErrBadCommand: a command the map cannot apply (unknown target, table
 // exists, not enough nodes, ...).
-var ErrBadCommand = fabric.NewError(fabric.FirstAppCode+200, "mgmtd: command refused")
+var ErrBadCommand = fabric.NewError(errcode.BadCommand, "mgmtd: command refused")
 
 // mapKey holds the whole map, one record: small (nodes, targets and chains
 // number in the thousands) and changed rarely.
