@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
@@ -20,7 +21,8 @@ import (
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
 	"github.com/sluicefs/sluice/server/storage"
-	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestStorageUnderMgmtd: three storage nodes run with routing from mgmtd's
@@ -33,9 +35,14 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	r := soloReplica(t, &metapb.Layout{ChainTable: 1, ChunkSize: 64 << 10, Stripe: 1})
-	conn := serveMgmtd(ctx, t, r)
+	// The nodes' connection brings the token with every call, as a storage
+	// process's does.
+	conn, err := grpc.NewClient(serveMgmtd(ctx, t, r).Target(), grpc.WithTransportCredentials(insecure.NewCredentials()), auth.Credentials("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
 	mc := mgmtdpb.NewMgmtdClient(conn)
-	actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer tok")
 
 	fnet := faulty.New(local.NewNetwork(), 1)
 	type node struct {
@@ -56,7 +63,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer eng.Close()
-		a, err := mgmtd.NewAgent(actx, mc, &mgmtdpb.Node{Id: fmt.Sprint("n", i), Address: string(ep.ID())}, []uint32{i}, 50*time.Millisecond, quiet)
+		a, err := mgmtd.NewAgent(ctx, mc, &mgmtdpb.Node{Id: fmt.Sprint("n", i), Address: string(ep.ID())}, []uint32{i}, 50*time.Millisecond, quiet)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -64,10 +71,10 @@ func TestStorageUnderMgmtd(t *testing.T) {
 		go a.Run(nctx)
 		nodes[i] = &node{ep: ep, eng: eng, agent: a, cancel: ncancel}
 	}
-	if _, err := mc.CreateTable(actx, &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 1}); err != nil {
+	if _, err := mc.CreateTable(ctx, &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 1}); err != nil {
 		t.Fatal(err)
 	}
-	rt, err := routing.Watch(actx, mc, quiet)
+	rt, err := routing.Watch(ctx, mc, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
