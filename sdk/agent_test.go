@@ -283,7 +283,7 @@ func TestAgentClientKilled(t *testing.T) {
 	}
 	waitClients(t, fx.agent, 0)
 	in, err := fx.cl.Stat(context.Background(), "/killed")
-	if err != nil || in.Size == 0 || in.Size%agentEntrySize != 0 {
+	if err != nil || in.Size() == 0 || in.Size()%agentEntrySize != 0 {
 		t.Fatalf("the killed child's file after reclaim: %v %v", in, err)
 	}
 	fx.checkCopy(t, "/survivor", -1)

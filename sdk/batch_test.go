@@ -152,7 +152,7 @@ func TestReadOps(t *testing.T) {
 		{File: r, Off: 0, N: 10, Buf: buf, BufOff: len(buf.B) - 5},                // outside the buffer
 		{File: r, Off: int64(len(data)) + 5, N: 10, Buf: buf, BufOff: 300_000},    // past the end
 	}
-	res := cl.readOps(ctx, ops)
+	res := cl.readOps(ctx, ops, true)
 	wantN := []int{100_000, 10, 0, 0}
 	for i, op := range ops {
 		if i == 2 {

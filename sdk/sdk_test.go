@@ -65,7 +65,7 @@ func TestFileAPI(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if in, err := cl.Stat(ctx, "/d/f"); err != nil || in.Size != uint64(len(data)) {
+	if in, err := cl.Stat(ctx, "/d/f"); err != nil || in.Size() != int64(len(data)) {
 		t.Fatalf("size after close: %v %v", in, err)
 	}
 	r, err := cl.Open(ctx, "/d/f")
@@ -99,7 +99,7 @@ func TestFileAPI(t *testing.T) {
 	wg.Wait()
 	r.Close()
 	ents, err := cl.ReadDir(ctx, "/d")
-	if err != nil || len(ents) != 1 || ents[0].Name != "f" {
+	if err != nil || len(ents) != 1 || ents[0].Name() != "f" {
 		t.Fatalf("readdir: %v %v", ents, err)
 	}
 	if err := cl.Rename(ctx, "/d/f", "/d/g"); err != nil {
