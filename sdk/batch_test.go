@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
 	"github.com/sluicefs/sluice/chunkio"
@@ -190,4 +191,61 @@ func testBuffer(t *testing.T, cl *Client, n int) *Buffer {
 	}
 	t.Cleanup(func() { buf.Release() })
 	return buf
+}
+
+// TestReadBatchErrors: ReadBatch and the agent's per-op read (readOps) are
+// one implementation and refuse the same ops with the same errors
+// (ErrOutOfRange for a range outside its buffer); ReadBatch names the op
+// and reads nothing when any op is refused, readOps fails the op alone.
+func TestReadBatchErrors(t *testing.T) {
+	cl := testClient(t)
+	ctx := context.Background()
+	data := fabrictest.RandBytes(5, 10_000)
+	if err := cl.WriteFile(ctx, "/f", data); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cl.Open(ctx, "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	buf := testBuffer(t, cl, 64<<10)
+	cases := []struct {
+		name string
+		op   ReadOp
+		want error
+	}{
+		{"past the buffer", ReadOp{File: r, N: 100, Buf: buf, BufOff: len(buf.B) - 50}, ErrOutOfRange},
+		{"negative buffer offset", ReadOp{File: r, N: 100, Buf: buf, BufOff: -1}, ErrOutOfRange},
+		{"huge length", ReadOp{File: r, N: 1 << 62, Buf: buf, BufOff: 1}, ErrOutOfRange},
+		{"no file", ReadOp{N: 1, Buf: buf}, nil},
+		{"no buffer", ReadOp{File: r, N: 1}, nil},
+		{"negative offset", ReadOp{File: r, Off: -5, N: 1, Buf: buf}, nil},
+	}
+	for _, tc := range cases {
+		clear(buf.B)
+		good := ReadOp{File: r, N: 1000, Buf: buf, BufOff: 1000}
+		err := cl.ReadBatch(ctx, []ReadOp{good, tc.op})
+		if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) || !strings.Contains(err.Error(), "op 1") {
+			t.Fatalf("%s: ReadBatch: %v, want %v naming op 1", tc.name, err, tc.want)
+		}
+		if !bytes.Equal(buf.B[1000:2000], make([]byte, 1000)) {
+			t.Fatalf("%s: ReadBatch read the good op of a refused batch", tc.name)
+		}
+		res := cl.readOps(ctx, []ReadOp{good, tc.op}, true)
+		if res[0].Err != nil || res[0].N != 1000 || !bytes.Equal(buf.B[1000:2000], data[:1000]) {
+			t.Fatalf("%s: readOps failed the good op: %v", tc.name, res[0].Err)
+		}
+		if res[1].Err == nil || (tc.want != nil && !errors.Is(res[1].Err, tc.want)) {
+			t.Fatalf("%s: readOps: %v, want %v", tc.name, res[1].Err, tc.want)
+		}
+	}
+	// The same good ops read the same bytes both ways.
+	ops := []ReadOp{{File: r, Off: 10, N: 5000, Buf: buf}, {File: r, Off: 9000, N: 4000, Buf: buf, BufOff: 8000}}
+	if err := cl.ReadBatch(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.B[:5000], data[10:5010]) || !bytes.Equal(buf.B[8000:9000], data[9000:]) {
+		t.Fatal("ReadBatch read wrong bytes")
+	}
 }

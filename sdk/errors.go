@@ -92,9 +92,9 @@ var errnos = []struct {
 	err   error
 	errno syscall.Errno
 }{
-	{ErrNotExist, syscall.ENOENT},
-	{ErrStale, syscall.ENOENT}, // an inode gone from under a handle
-	{ErrExist, syscall.EEXIST},
+	{fs.ErrNotExist, syscall.ENOENT}, // ErrNotExist too
+	{ErrStale, syscall.ENOENT},       // an inode gone from under a handle
+	{fs.ErrExist, syscall.EEXIST},    // ErrExist too
 	{ErrNotDir, syscall.ENOTDIR},
 	{ErrIsDir, syscall.EISDIR},
 	{ErrNotEmpty, syscall.ENOTEMPTY},
