@@ -4,6 +4,14 @@
 // satisfy io.ReaderAt, io.WriterAt and io.Closer; their chunks are placed on
 // chains by the file's layout (fsmeta.ChunkChain).
 //
+// The SDK speaks io/fs's language: Stat and the calls that make inodes
+// return *FileInfo (an fs.FileInfo), ReadDir returns DirEntry values (an
+// fs.DirEntry), and errors match fs.ErrNotExist, fs.ErrExist,
+// fs.ErrInvalid and fs.ErrPermission beside the cluster's own conditions
+// (errors.go). Protobuf types stay on the wire. Errno is the one table of
+// what a POSIX caller gets for an error, used by the FUSE mount and the
+// agent alike.
+//
 // Entries can be named by absolute path or, with the *At calls, relative to
 // a directory inode, as the FUSE adapter (sdk/fuse) names them. Attribute
 // changes, truncate (which trims the chunks on storage), hard links and
