@@ -41,13 +41,8 @@ type Config struct {
 
 // Client is a connection to a cluster. Safe for concurrent use.
 type Client struct {
-	conn *rpc.LeaderConn
-	meta metapb.MetaClient
-	// closing ends when Close begins: a signal only, it carries no values
-	// and no call derives from it. call cancels the calls in flight then,
-	// with ErrClosed as the cause, and the lease renewer stops.
-	closing context.Context
-	close   context.CancelFunc
+	conn    *rpc.LeaderConn
+	meta    metapb.MetaClient
 	routing *routing.WatchedRouting
 	ep      fabric.Endpoint
 	store   *chunkio.Client
@@ -56,6 +51,13 @@ type Client struct {
 	log     *slog.Logger
 	leases  readLeases
 	wg      sync.WaitGroup // renewLeases
+
+	// closing ends when Close begins. It is a signal, not a parent: a call
+	// runs in its caller's context, which call cuts short then (with
+	// ErrClosed as the cause); only what lives until Close derives from
+	// it (the routing watch, the lease renewer).
+	closing context.Context
+	close   context.CancelFunc
 }
 
 // Connect connects to a cluster.
