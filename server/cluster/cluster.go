@@ -38,6 +38,7 @@ import (
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/rpc"
+	"github.com/sluicefs/sluice/server/chunkstore"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
 	"github.com/sluicefs/sluice/server/storage"
@@ -251,7 +252,7 @@ type Storage struct {
 	ep      fabric.Endpoint
 	conn    *rpc.LeaderConn
 	routing *routing.WatchedRouting
-	engines []*storage.Engine
+	engines []*chunkstore.Engine
 	node    *storage.Node
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -274,9 +275,9 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		s.Close()
 		return nil, err
 	}
-	targets := map[routing.TargetID]*storage.Engine{}
+	targets := map[routing.TargetID]*chunkstore.Engine{}
 	for _, t := range cfg.Targets {
-		e, err := storage.OpenEngine(storage.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", t)), MaxChunkSize: cfg.ChunkSize})
+		e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", t)), MaxChunkSize: cfg.ChunkSize})
 		if err != nil {
 			return fail(err)
 		}

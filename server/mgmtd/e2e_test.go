@@ -18,6 +18,7 @@ import (
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/routing"
+	"github.com/sluicefs/sluice/server/chunkstore"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
 	"github.com/sluicefs/sluice/server/storage"
@@ -47,7 +48,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	fnet := faulty.New(local.NewNetwork(), 1)
 	type node struct {
 		ep     fabric.Endpoint
-		eng    *storage.Engine
+		eng    *chunkstore.Engine
 		agent  *mgmtd.Agent
 		cancel context.CancelFunc
 	}
@@ -58,7 +59,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ep.Close()
-		eng, err := storage.OpenEngine(storage.EngineConfig{Dir: t.TempDir()})
+		eng, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -83,7 +84,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 		<-rt.Changed()
 	}
 	for i, n := range nodes {
-		sn, err := storage.NewNode(storage.NodeConfig{Endpoint: n.ep, Routing: rt, Targets: map[routing.TargetID]*storage.Engine{routing.TargetID(i): n.eng},
+		sn, err := storage.NewNode(storage.NodeConfig{Endpoint: n.ep, Routing: rt, Targets: map[routing.TargetID]*chunkstore.Engine{routing.TargetID(i): n.eng},
 			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: n.agent.OnSynced})
 		if err != nil {
 			t.Fatal(err)

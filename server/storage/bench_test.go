@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/server/chunkstore"
 
 	"github.com/sluicefs/sluice/routing"
 
@@ -27,14 +28,14 @@ func benchCluster(b *testing.B, replicas int, tr fabric.Transport, addr func(i i
 	r := &routing.Routing{Version: 1, Chains: map[routing.ChainID]routing.Chain{}, Targets: map[routing.TargetID]routing.Target{}}
 	chain := routing.Chain{ID: testChain, Version: 1}
 	var eps []fabric.Endpoint
-	var engines []*Engine
+	var engines []*chunkstore.Engine
 	for i := 1; i <= replicas; i++ {
 		ep, err := tr.Listen(addr(i))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { ep.Close() })
-		e, err := OpenEngine(EngineConfig{Dir: b.TempDir()})
+		e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -46,7 +47,7 @@ func benchCluster(b *testing.B, replicas int, tr fabric.Transport, addr func(i i
 	r.Chains[testChain] = chain
 	rt := routing.NewStaticRouting(r)
 	for i, ep := range eps {
-		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: rt, Targets: map[routing.TargetID]*Engine{routing.TargetID(i + 1): engines[i]}, Buffers: 16, BufferSize: 1 << 20, Logger: quiet})
+		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: rt, Targets: map[routing.TargetID]*chunkstore.Engine{routing.TargetID(i + 1): engines[i]}, Buffers: 16, BufferSize: 1 << 20, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/server/chunkstore"
+	"github.com/sluicefs/sluice/server/chunkstore/chunkstoretest"
 
 	"github.com/sluicefs/sluice/routing"
 
@@ -38,22 +40,29 @@ type cluster struct {
 	net     *faulty.Network
 	routing *routing.StaticRouting
 	eps     []fabric.Endpoint
-	engines []*Engine
+	engines []*chunkstore.Engine
 	nodes   []*Node
 }
 
 const testChain routing.ChainID = 1
 
 func newCluster(t *testing.T, replicas int) *cluster {
+	return newClusterOn(t, replicas, chunkstore.EngineConfig{})
+}
+
+// newClusterOn is newCluster with engines opened with cfg (each in a
+// directory of its own).
+func newClusterOn(t *testing.T, replicas int, cfg chunkstore.EngineConfig) *cluster {
 	var members []routing.TargetID
 	for i := 1; i <= replicas; i++ {
 		members = append(members, routing.TargetID(i))
 	}
-	return newChains(t, replicas, map[routing.ChainID][]routing.TargetID{testChain: members})
+	return newChains(t, replicas, map[routing.ChainID][]routing.TargetID{testChain: members}, cfg)
 }
 
-// newChains is a cluster of nodes targets (one a node) in the given chains.
-func newChains(t *testing.T, nodes int, chains map[routing.ChainID][]routing.TargetID) *cluster {
+// newChains is a cluster of nodes targets (one a node) in the given chains,
+// their engines opened with cfg.
+func newChains(t *testing.T, nodes int, chains map[routing.ChainID][]routing.TargetID, cfg chunkstore.EngineConfig) *cluster {
 	c := &cluster{t: t, net: faulty.New(local.NewNetwork(), 1)}
 	r := &routing.Routing{Version: 1, Chains: map[routing.ChainID]routing.Chain{}, Targets: map[routing.TargetID]routing.Target{}}
 	for id, members := range chains {
@@ -65,13 +74,13 @@ func newChains(t *testing.T, nodes int, chains map[routing.ChainID][]routing.Tar
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { ep.Close() })
-		e := openTest(t, EngineConfig{})
+		e := chunkstoretest.Open(t, cfg)
 		c.eps, c.engines = append(c.eps, ep), append(c.engines, e)
 		r.Targets[routing.TargetID(i)] = routing.Target{ID: routing.TargetID(i), Node: ep.ID(), State: routing.Serving}
 	}
 	c.routing = routing.NewStaticRouting(r)
 	for i, ep := range c.eps {
-		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*Engine{routing.TargetID(i + 1): c.engines[i]},
+		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*chunkstore.Engine{routing.TargetID(i + 1): c.engines[i]},
 			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: c.synced})
 		if err != nil {
 			t.Fatal(err)
@@ -446,7 +455,7 @@ func TestResync(t *testing.T) {
 	writeRound(2)
 	writeRound(3)
 	// A chunk removed while the target was away (as the collector would).
-	for _, e := range []*Engine{c.engines[0], c.engines[2]} {
+	for _, e := range []*chunkstore.Engine{c.engines[0], c.engines[2]} {
 		if err := e.Remove(chunk(chunks - 1)); err != nil {
 			t.Fatal(err)
 		}
@@ -557,10 +566,10 @@ func TestOnlyTheCallersMemory(t *testing.T) {
 
 // TestHeadSettlesPending: an update whose forward failed after the rest of
 // the chain committed it (a lost reply) leaves it pending at the head.
-// Acted out by putting the head's record back as it was before the commit:
-// the next update, a patch, is numbered after the chain's committed
-// version (the head asks the tail) and applies to it, and every replica
-// ends with the same bytes.
+// Acted out by storing that update straight into the replicas' engines:
+// committed at the others, pending at the head. The next update, a patch,
+// is numbered after the chain's committed version (the head asks the tail)
+// and applies to it, and every replica ends with the same bytes.
 func TestHeadSettlesPending(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
@@ -571,15 +580,17 @@ func TestHeadSettlesPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	head := c.engines[0]
-	before, _ := head.Meta(chunk)
 	patch := fabrictest.RandBytes(2, 4<<10)
-	if v, err := cl.write(ctx, chunk, 1000, patch, false); err != nil || v != 2 {
-		t.Fatalf("patch: version %d, %v", v, err)
+	chainVer := c.routing.Routing().Chains[testChain].Version
+	if _, err := head.Prepare(chunk, 2, 1000, patch, false, chainVer); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range c.engines[1:] {
+		chunkstoretest.Write(t, e, chunk, 2, 1000, patch, false)
 	}
 	copy(want[1000:], patch)
-	m, _ := head.Meta(chunk)
-	if err := head.putMeta(chunk, &storagepb.ChunkMeta{Committed: before.Committed, Pending: m.Committed, ChainVer: m.ChainVer}, true); err != nil {
-		t.Fatal(err)
+	if m, _ := head.Meta(chunk); m.GetCommitted().GetVer() != 1 || m.GetPending().GetVer() != 2 {
+		t.Fatalf("head's record before the next update: %v; want version 1 committed, 2 pending", m)
 	}
 	patch = fabrictest.RandBytes(3, 4<<10)
 	if v, err := cl.write(ctx, chunk, 9000, patch, false); err != nil || v != 3 {
@@ -587,7 +598,7 @@ func TestHeadSettlesPending(t *testing.T) {
 	}
 	copy(want[9000:], patch)
 	c.sameReplicas(chunk)
-	if got := readAll(t, c.engines[2], chunk); !bytes.Equal(got, want) {
+	if got := chunkstoretest.ReadAll(t, c.engines[2], chunk); !bytes.Equal(got, want) {
 		t.Fatal("the replicas agree on the wrong bytes")
 	}
 }

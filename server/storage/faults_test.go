@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/server/chunkstore"
+	"github.com/sluicefs/sluice/server/chunkstore/chunkstoretest"
 
 	"github.com/sluicefs/sluice/routing"
 
@@ -23,7 +25,7 @@ import (
 
 // chunkChains lists the chunks a target holds, by the chain their records
 // name.
-func chunkChains(t *testing.T, e *Engine) map[chunkio.ID]uint32 {
+func chunkChains(t *testing.T, e *chunkstore.Engine) map[chunkio.ID]uint32 {
 	t.Helper()
 	out := map[chunkio.ID]uint32{}
 	if err := e.Chunks(func(id chunkio.ID, m *storagepb.ChunkMeta) bool {
@@ -42,7 +44,7 @@ func chunkChains(t *testing.T, e *Engine) map[chunkio.ID]uint32 {
 // nor copy chain 3's chunks onto target 2. (Resync used to walk every chunk
 // of the predecessor's target, whatever its chain.)
 func TestResyncTouchesOnlyItsChain(t *testing.T) {
-	c := newChains(t, 3, map[routing.ChainID][]routing.TargetID{1: {1, 2}, 2: {2, 3}, 3: {1, 3}})
+	c := newChains(t, 3, map[routing.ChainID][]routing.TargetID{1: {1, 2}, 2: {2, 3}, 3: {1, 3}}, chunkstore.EngineConfig{})
 	cl := c.client("client")
 	ctx := ctxT(t, 30*time.Second)
 	for chain := routing.ChainID(1); chain <= 3; chain++ {
@@ -156,7 +158,7 @@ func TestRetryAppliedOnceAcrossRestart(t *testing.T) {
 	}
 	// The head restarts: a new node on the same engine, nothing in memory.
 	c.nodes[0].Close()
-	n, err := NewNode(NodeConfig{Endpoint: c.eps[0], Routing: c.routing, Targets: map[routing.TargetID]*Engine{1: c.engines[0]},
+	n, err := NewNode(NodeConfig{Endpoint: c.eps[0], Routing: c.routing, Targets: map[routing.TargetID]*chunkstore.Engine{1: c.engines[0]},
 		Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: c.synced})
 	if err != nil {
 		t.Fatal(err)
@@ -256,7 +258,7 @@ func TestNodeNotReadyIsRetried(t *testing.T) {
 	c.routing.Update(func(r *routing.Routing) { r.Targets[1] = routing.Target{ID: 1, Node: ep.ID(), State: routing.Serving} })
 	var ready atomic.Bool
 	time.AfterFunc(300*time.Millisecond, func() {
-		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*Engine{1: c.engines[0]}, Logger: quiet,
+		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*chunkstore.Engine{1: c.engines[0]}, Logger: quiet,
 			Ready: func() error {
 				if !ready.Load() {
 					return fmt.Errorf("no lease yet: %w", chunkio.ErrUnavailable)
@@ -356,10 +358,12 @@ func TestResyncClearsStalePending(t *testing.T) {
 }
 
 // TestTornPendingDropped: a pending version whose bytes did not survive (a
-// power loss before its sync) is dropped when the head settles it, never
-// committed, and the next update goes through.
+// power loss before its sync: acted out by a disk that loses its writes) is
+// dropped when the head settles it, never committed, and the next update
+// goes through.
 func TestTornPendingDropped(t *testing.T) {
-	c := newCluster(t, 1)
+	ffs := chunkstoretest.NewFaultFS(chunkstore.OSFS{})
+	c := newClusterOn(t, 1, chunkstore.EngineConfig{FS: ffs})
 	cl := c.client("client")
 	ctx := ctxT(t, 10*time.Second)
 	chunk := chunkio.ID{Inode: 2}
@@ -367,17 +371,12 @@ func TestTornPendingDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := c.engines[0]
-	v, err := e.Prepare(chunk, 2, 0, bytes.Repeat([]byte("b"), 8<<10), true, 1)
+	ffs.Inject(chunkstoretest.Fault{Op: "write", LoseWrites: true}) // torn
+	_, err := e.Prepare(chunk, 2, 0, bytes.Repeat([]byte("b"), 8<<10), true, 1)
+	ffs.Clear()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _, err := e.fs.OpenWrite(join(e.chunks, fileName(chunk, v.Slot)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteAt(bytes.Repeat([]byte("?"), 100), 5000) // torn
-	f.Close()
-	e.files.evict(fileKey{chunk, v.Slot})
 	if ver, err := cl.write(ctx, chunk, 0, []byte("c"), false); err != nil || ver != 2 {
 		t.Fatalf("write after a torn pending version: version %d, %v", ver, err)
 	}

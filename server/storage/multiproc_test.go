@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/server/chunkstore"
 
 	"github.com/sluicefs/sluice/routing"
 
@@ -19,6 +20,11 @@ import (
 	"github.com/sluicefs/sluice/fabric/tcp"
 	"github.com/sluicefs/sluice/internal/testproc"
 )
+
+// TestMain runs this binary's child processes: storage nodes.
+func TestMain(m *testing.M) {
+	testproc.Main(m, map[string]func(string) error{"storage-node": nodeChild})
+}
 
 // Storage nodes as child processes: this test binary, in role
 // "storage-node" with a nodeChildConfig, runs one node until killed.
@@ -43,7 +49,7 @@ func nodeChild(cfgJSON string) error {
 	if err != nil {
 		return err
 	}
-	e, err := OpenEngine(EngineConfig{Dir: cfg.Dir})
+	e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: cfg.Dir})
 	if err != nil {
 		return err
 	}
@@ -51,7 +57,7 @@ func nodeChild(cfgJSON string) error {
 	if err != nil {
 		return err
 	}
-	_, err = NewNode(NodeConfig{Endpoint: ep, Routing: rt, Targets: map[routing.TargetID]*Engine{cfg.Target: e},
+	_, err = NewNode(NodeConfig{Endpoint: ep, Routing: rt, Targets: map[routing.TargetID]*chunkstore.Engine{cfg.Target: e},
 		Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 500 * time.Millisecond, Logger: quiet,
 		OnSynced: func(chain routing.ChainID, target routing.TargetID, _ uint64) error {
 			fmt.Printf("synced %d %d\n", chain, target)

@@ -1,4 +1,4 @@
-package storage
+package chunkstore
 
 import (
 	"encoding/binary"

@@ -1,18 +1,16 @@
-package storage
+package chunkstore
 
 import (
 	"errors"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
 	"syscall"
 )
 
 // FS is the seam every chunk-data access goes through, so tests can inject
-// errors and lost writes without disk tricks. OSFS is the real one; FaultFS
-// wraps any FS.
+// errors and lost writes without disk tricks. OSFS is the real one;
+// chunkstoretest.FaultFS wraps any FS.
 type FS interface {
 	// Create makes (or truncates) a file for writing.
 	Create(name string) (File, error)
@@ -40,7 +38,8 @@ type File interface {
 }
 
 // Viewer is a File whose bytes can be read in place, without a copy.
-// OSFS's files are; FaultFS's are not, so fault tests take the copying path.
+// OSFS's files are; chunkstoretest.FaultFS's are not, so fault tests take
+// the copying path.
 type Viewer interface {
 	// Map maps the file's first n bytes read-only, shared with the page
 	// cache, so that writes to the file show through. n may exceed the
@@ -163,131 +162,6 @@ func (OSFS) SyncDir(dir string) error {
 	}
 	defer d.Close()
 	return d.Sync()
-}
-
-// Fault is an injected failure of FaultFS.
-type Fault struct {
-	// Op is "create" (any open for writing), "write", "sync", "read",
-	// "remove" or "" for all.
-	Op string
-	// Match selects files whose path contains it ("" for all).
-	Match string
-	// Err is returned (default: an I/O error).
-	Err error
-	// LoseWrites makes writes report success without storing anything: a
-	// disk that lies. Err is then ignored.
-	LoseWrites bool
-}
-
-// FaultFS wraps an FS and fails operations by rule.
-type FaultFS struct {
-	FS
-	mu     sync.Mutex
-	faults []Fault
-}
-
-// NewFaultFS wraps fs.
-func NewFaultFS(fs FS) *FaultFS { return &FaultFS{FS: fs} }
-
-// Inject adds a fault; Clear removes them all.
-func (f *FaultFS) Inject(x Fault) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if x.Err == nil {
-		x.Err = syscall.EIO
-	}
-	f.faults = append(f.faults, x)
-}
-
-func (f *FaultFS) Clear() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.faults = nil
-}
-
-func (f *FaultFS) match(op, name string) (Fault, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for _, x := range f.faults {
-		if (x.Op == "" || x.Op == op) && strings.Contains(name, x.Match) {
-			return x, true
-		}
-	}
-	return Fault{}, false
-}
-
-func (f *FaultFS) fail(op, name string) error {
-	if x, ok := f.match(op, name); ok && !x.LoseWrites {
-		return &os.PathError{Op: op, Path: name, Err: x.Err}
-	}
-	return nil
-}
-
-func (f *FaultFS) Create(name string) (File, error) {
-	if err := f.fail("create", name); err != nil {
-		return nil, err
-	}
-	file, err := f.FS.Create(name)
-	if err != nil {
-		return nil, err
-	}
-	return &faultFile{File: file, fs: f, name: name}, nil
-}
-
-func (f *FaultFS) OpenWrite(name string) (File, bool, error) {
-	if err := f.fail("create", name); err != nil {
-		return nil, false, err
-	}
-	file, created, err := f.FS.OpenWrite(name)
-	if err != nil {
-		return nil, false, err
-	}
-	return &faultFile{File: file, fs: f, name: name}, created, nil
-}
-
-func (f *FaultFS) Open(name string) (File, error) {
-	file, err := f.FS.Open(name)
-	if err != nil {
-		return nil, err
-	}
-	return &faultFile{File: file, fs: f, name: name}, nil
-}
-
-func (f *FaultFS) Remove(name string) error {
-	if err := f.fail("remove", name); err != nil {
-		return err
-	}
-	return f.FS.Remove(name)
-}
-
-type faultFile struct {
-	File
-	fs   *FaultFS
-	name string
-}
-
-func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
-	if x, ok := f.fs.match("write", f.name); ok {
-		if x.LoseWrites {
-			return len(p), nil
-		}
-		return 0, &os.PathError{Op: "write", Path: f.name, Err: x.Err}
-	}
-	return f.File.WriteAt(p, off)
-}
-
-func (f *faultFile) ReadAt(p []byte, off int64) (int, error) {
-	if err := f.fs.fail("read", f.name); err != nil {
-		return 0, err
-	}
-	return f.File.ReadAt(p, off)
-}
-
-func (f *faultFile) Sync() error {
-	if err := f.fs.fail("sync", f.name); err != nil {
-		return err
-	}
-	return f.File.Sync()
 }
 
 // isNotExist reports a missing file through any FS.

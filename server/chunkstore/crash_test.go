@@ -1,4 +1,4 @@
-package storage
+package chunkstore_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/server/chunkstore"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/internal/testproc"
@@ -17,10 +18,9 @@ import (
 
 // The crash test runs a writer in a child process (this test binary, with
 // crashChildEnv set) and kills it with SIGKILL at random moments.
-// TestMain runs this binary's child processes: storage nodes
-// (multiproc_test.go) and the crash test's writer.
+// TestMain runs this binary's child processes: the crash test's writer.
 func TestMain(m *testing.M) {
-	testproc.Main(m, map[string]func(string) error{"storage-node": nodeChild, "crash-writer": crashChild})
+	testproc.Main(m, map[string]func(string) error{"crash-writer": crashChild})
 }
 
 var crashChunk = chunkio.ID{Inode: 42, Index: 7}
@@ -59,7 +59,7 @@ func crashContent(v uint64) []byte {
 // and Commit.
 func crashChild(spec string) error {
 	mode, dir, _ := strings.Cut(spec, "|")
-	e, err := OpenEngine(EngineConfig{Dir: dir})
+	e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: dir})
 	if err != nil {
 		return err
 	}
@@ -77,7 +77,7 @@ func crashChild(spec string) error {
 			fmt.Println(v)
 			continue
 		case "chain":
-			_, finish, err := e.store(storeRequest{id: crashChunk, ver: v, off: off, data: data, full: full, chainVer: 1, deferSync: true})
+			_, finish, err := e.Store(chunkstore.StoreRequest{ID: crashChunk, Ver: v, Off: off, Data: data, Full: full, ChainVer: 1, DeferSync: true})
 			if err != nil {
 				return err
 			}
@@ -143,7 +143,7 @@ func testCrashConsistency(t *testing.T, mode string) {
 			last = v
 		}
 
-		e, err := OpenEngine(EngineConfig{Dir: dir})
+		e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: dir})
 		if err != nil {
 			t.Fatalf("round %d: reopen: %v", round, err)
 		}

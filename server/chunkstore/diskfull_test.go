@@ -1,4 +1,4 @@
-package storage
+package chunkstore_test
 
 import (
 	"errors"
@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/server/chunkstore"
+	"github.com/sluicefs/sluice/server/chunkstore/chunkstoretest"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 )
@@ -24,7 +26,7 @@ func TestDiskFull(t *testing.T) {
 		t.Skipf("cannot mount tmpfs (%v): run as root to test a full disk", err)
 	}
 	t.Cleanup(func() { syscall.Unmount(chunks, 0) })
-	e := openTest(t, EngineConfig{Dir: dir})
+	e := chunkstoretest.Open(t, chunkstore.EngineConfig{Dir: dir})
 
 	var written []chunkio.ID
 	var full error

@@ -1,4 +1,4 @@
-package storage
+package chunkstore
 
 // CRC is the CRC32C that chunk data is checked with everywhere.
 

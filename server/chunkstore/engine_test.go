@@ -1,4 +1,4 @@
-package storage
+package chunkstore_test
 
 import (
 	"bytes"
@@ -16,58 +16,27 @@ import (
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/proto/storagepb"
+	"github.com/sluicefs/sluice/server/chunkstore"
+	"github.com/sluicefs/sluice/server/chunkstore/chunkstoretest"
 	"github.com/sluicefs/sluice/server/internal/pebbledb"
 )
 
-func openTest(t *testing.T, cfg EngineConfig) *Engine {
-	t.Helper()
-	if cfg.Dir == "" {
-		cfg.Dir = t.TempDir()
-	}
-	e, err := OpenEngine(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
-}
-
-func write(t *testing.T, e *Engine, id chunkio.ID, ver uint64, off uint32, data []byte, full bool) {
-	t.Helper()
-	if _, err := e.Prepare(id, ver, off, data, full, 1); err != nil {
-		t.Fatalf("prepare %v v%d: %v", id, ver, err)
-	}
-	if _, err := e.Commit(id, ver); err != nil {
-		t.Fatalf("commit %v v%d: %v", id, ver, err)
-	}
-}
-
-func readAll(t *testing.T, e *Engine, id chunkio.ID) []byte {
-	t.Helper()
-	buf := make([]byte, 8<<20)
-	n, _, err := e.Read(id, 0, buf)
-	if err != nil {
-		t.Fatalf("read %v: %v", id, err)
-	}
-	return buf[:n]
-}
-
 func TestEngineReadWrite(t *testing.T) {
-	e := openTest(t, EngineConfig{})
+	e := chunkstoretest.Open(t, chunkstore.EngineConfig{})
 	id := chunkio.ID{Inode: 7, Index: 3}
 	if _, _, err := e.Read(id, 0, make([]byte, 10)); !errors.Is(err, chunkio.ErrNotFound) {
 		t.Fatalf("read of a missing chunk: %v", err)
 	}
 	a := fabrictest.RandBytes(1, 300<<10)
-	write(t, e, id, 1, 0, a, true)
-	if got := readAll(t, e, id); !bytes.Equal(got, a) {
+	chunkstoretest.Write(t, e, id, 1, 0, a, true)
+	if got := chunkstoretest.ReadAll(t, e, id); !bytes.Equal(got, a) {
 		t.Fatal("full write reads back differently")
 	}
 	// A partial write overlays and extends.
 	b := fabrictest.RandBytes(2, 100<<10)
-	write(t, e, id, 2, 250<<10, b, false)
+	chunkstoretest.Write(t, e, id, 2, 250<<10, b, false)
 	want := append(append([]byte(nil), a[:250<<10]...), b...)
-	if got := readAll(t, e, id); !bytes.Equal(got, want) {
+	if got := chunkstoretest.ReadAll(t, e, id); !bytes.Equal(got, want) {
 		t.Fatal("partial write reads back differently")
 	}
 	// Ranges: aligned, unaligned, across blocks, past the end.
@@ -88,14 +57,14 @@ func TestEngineReadWrite(t *testing.T) {
 }
 
 func TestEngineVersions(t *testing.T) {
-	e := openTest(t, EngineConfig{})
+	e := chunkstoretest.Open(t, chunkstore.EngineConfig{})
 	id := chunkio.ID{Inode: 1}
-	write(t, e, id, 1, 0, []byte("one"), true)
+	chunkstoretest.Write(t, e, id, 1, 0, []byte("one"), true)
 	// Pending is invisible to plain reads until committed.
 	if _, err := e.Prepare(id, 2, 0, []byte("two"), true, 1); err != nil {
 		t.Fatal(err)
 	}
-	if got := readAll(t, e, id); string(got) != "one" {
+	if got := chunkstoretest.ReadAll(t, e, id); string(got) != "one" {
 		t.Fatalf("read with an update pending: %q", got)
 	}
 	buf := make([]byte, 3)
@@ -119,7 +88,7 @@ func TestEngineVersions(t *testing.T) {
 	if _, err := e.Commit(id, 2); err != nil {
 		t.Fatalf("repeated commit: %v", err)
 	}
-	if got := readAll(t, e, id); string(got) != "TWO" {
+	if got := chunkstoretest.ReadAll(t, e, id); string(got) != "TWO" {
 		t.Fatalf("after commit: %q", got)
 	}
 	if _, err := e.Prepare(id, 2, 0, []byte("old"), true, 2); !errors.Is(err, chunkio.ErrVersion) {
@@ -132,22 +101,22 @@ func TestEngineVersions(t *testing.T) {
 
 func TestEngineRestartAndOrphans(t *testing.T) {
 	dir := t.TempDir()
-	e, err := OpenEngine(EngineConfig{Dir: dir})
+	e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := chunkio.ID{Inode: 5, Index: 1}
-	write(t, e, id, 1, 0, []byte("committed"), true)
+	chunkstoretest.Write(t, e, id, 1, 0, []byte("committed"), true)
 	if _, err := e.Prepare(id, 2, 0, []byte("pending"), true, 1); err != nil {
 		t.Fatal(err)
 	}
 	e.Close()
 	// A first write cut short by a crash leaves a file no record names.
-	orphan := filepath.Join(dir, "chunks", fileName(chunkio.ID{Inode: 6}, 0))
+	orphan := filepath.Join(dir, "chunks", chunkstore.FileName(chunkio.ID{Inode: 6}, 0))
 	os.WriteFile(orphan, []byte("half written"), 0o644)
 
-	e = openTest(t, EngineConfig{Dir: dir})
-	if got := readAll(t, e, id); string(got) != "committed" {
+	e = chunkstoretest.Open(t, chunkstore.EngineConfig{Dir: dir})
+	if got := chunkstoretest.ReadAll(t, e, id); string(got) != "committed" {
 		t.Fatalf("after restart: %q", got)
 	}
 	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
@@ -156,19 +125,19 @@ func TestEngineRestartAndOrphans(t *testing.T) {
 	if _, err := e.Commit(id, 2); err != nil {
 		t.Fatalf("commit of the pending version after restart: %v", err)
 	}
-	if got := readAll(t, e, id); string(got) != "pending" {
+	if got := chunkstoretest.ReadAll(t, e, id); string(got) != "pending" {
 		t.Fatalf("after commit: %q", got)
 	}
 }
 
 func TestEngineDetectsCorruption(t *testing.T) {
 	dir := t.TempDir()
-	e := openTest(t, EngineConfig{Dir: dir})
+	e := chunkstoretest.Open(t, chunkstore.EngineConfig{Dir: dir})
 	id := chunkio.ID{Inode: 9}
 	data := fabrictest.RandBytes(3, 200<<10)
-	write(t, e, id, 1, 0, data, true)
+	chunkstoretest.Write(t, e, id, 1, 0, data, true)
 	// Flip one byte in the second block on disk.
-	path := filepath.Join(dir, "chunks", fileName(id, 0))
+	path := filepath.Join(dir, "chunks", chunkstore.FileName(id, 0))
 	f, _ := os.OpenFile(path, os.O_RDWR, 0)
 	f.WriteAt([]byte{data[70000] ^ 0xff}, 70000)
 	f.Close()
@@ -185,11 +154,11 @@ func TestEngineDetectsCorruption(t *testing.T) {
 }
 
 func TestEngineLostWrite(t *testing.T) {
-	ffs := NewFaultFS(OSFS{})
-	e := openTest(t, EngineConfig{FS: ffs})
+	ffs := chunkstoretest.NewFaultFS(chunkstore.OSFS{})
+	e := chunkstoretest.Open(t, chunkstore.EngineConfig{FS: ffs})
 	id := chunkio.ID{Inode: 2}
-	ffs.Inject(Fault{Op: "write", LoseWrites: true})
-	write(t, e, id, 1, 0, fabrictest.RandBytes(4, 100<<10), true)
+	ffs.Inject(chunkstoretest.Fault{Op: "write", LoseWrites: true})
+	chunkstoretest.Write(t, e, id, 1, 0, fabrictest.RandBytes(4, 100<<10), true)
 	ffs.Clear()
 	if _, _, err := e.Read(id, 0, make([]byte, 100<<10)); !errors.Is(err, chunkio.ErrChecksum) {
 		t.Fatalf("read of a lost write: %v, want ErrChecksum", err)
@@ -197,11 +166,11 @@ func TestEngineLostWrite(t *testing.T) {
 }
 
 func TestEngineDiskErrors(t *testing.T) {
-	ffs := NewFaultFS(OSFS{})
-	e := openTest(t, EngineConfig{FS: ffs})
+	ffs := chunkstoretest.NewFaultFS(chunkstore.OSFS{})
+	e := chunkstoretest.Open(t, chunkstore.EngineConfig{FS: ffs})
 	id := chunkio.ID{Inode: 3}
-	write(t, e, id, 1, 0, []byte("good"), true)
-	for _, f := range []Fault{
+	chunkstoretest.Write(t, e, id, 1, 0, []byte("good"), true)
+	for _, f := range []chunkstoretest.Fault{
 		{Op: "write", Err: syscall.ENOSPC},
 		{Op: "create", Err: syscall.ENOSPC},
 		{Op: "sync", Err: syscall.EIO},
@@ -216,31 +185,31 @@ func TestEngineDiskErrors(t *testing.T) {
 		if errors.Is(f.Err, syscall.ENOSPC) != errors.Is(err, chunkio.ErrNoSpace) {
 			t.Fatalf("%+v: %v", f, err)
 		}
-		if got := readAll(t, e, id); string(got) != "good" {
+		if got := chunkstoretest.ReadAll(t, e, id); string(got) != "good" {
 			t.Fatalf("%+v: target lost its good state: %q", f, got)
 		}
 		if m, _ := e.Meta(id); m.Pending != nil {
 			t.Fatalf("%+v: a failed prepare left a pending version", f)
 		}
 	}
-	write(t, e, id, 2, 0, []byte("better"), true)
-	if got := readAll(t, e, id); string(got) != "better" {
+	chunkstoretest.Write(t, e, id, 2, 0, []byte("better"), true)
+	if got := chunkstoretest.ReadAll(t, e, id); string(got) != "better" {
 		t.Fatalf("after errors cleared: %q", got)
 	}
 }
 
 func TestEngineCompression(t *testing.T) {
-	e := openTest(t, EngineConfig{Compress: true})
+	e := chunkstoretest.Open(t, chunkstore.EngineConfig{Compress: true})
 	text := bytes.Repeat([]byte("the quick brown fox jumps over the lazy dog. "), 20000)
 	noise := fabrictest.RandBytes(5, 512<<10)
 	for i, data := range [][]byte{text, noise} {
 		id := chunkio.ID{Inode: 10, Index: uint32(i)}
-		write(t, e, id, 1, 0, data, true)
+		chunkstoretest.Write(t, e, id, 1, 0, data, true)
 		m, _ := e.Meta(id)
 		if compressible := i == 0; m.Committed.Compressed != compressible {
 			t.Fatalf("chunk %d: compressed=%v", i, m.Committed.Compressed)
 		}
-		if got := readAll(t, e, id); !bytes.Equal(got, data) {
+		if got := chunkstoretest.ReadAll(t, e, id); !bytes.Equal(got, data) {
 			t.Fatalf("chunk %d reads back differently", i)
 		}
 		buf := make([]byte, 100)
@@ -255,10 +224,10 @@ func TestEngineCompression(t *testing.T) {
 }
 
 func TestEngineChunkOrder(t *testing.T) {
-	e := openTest(t, EngineConfig{})
+	e := chunkstoretest.Open(t, chunkstore.EngineConfig{})
 	ids := []chunkio.ID{{Inode: 2, Index: 0}, {Inode: 1, Index: 300}, {Inode: 1, Index: 2}, {Inode: 1 << 40, Index: 1}, {Inode: 1, Index: 10}}
 	for _, id := range ids {
-		write(t, e, id, 1, 0, []byte("x"), true)
+		chunkstoretest.Write(t, e, id, 1, 0, []byte("x"), true)
 	}
 	var got []chunkio.ID
 	e.Chunks(func(id chunkio.ID, m *storagepb.ChunkMeta) bool {
@@ -289,9 +258,9 @@ func TestEngineChunkOrder(t *testing.T) {
 func TestEngineSettleTakesOnlyCommitted(t *testing.T) {
 	dir := t.TempDir()
 	boot := 0
-	open := func() *Engine {
+	open := func() *chunkstore.Engine {
 		boot++
-		e, err := OpenEngine(EngineConfig{Dir: dir, BootID: fmt.Sprint("boot-", boot)})
+		e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: dir, BootID: fmt.Sprint("boot-", boot)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -320,7 +289,7 @@ func TestEngineSettleTakesOnlyCommitted(t *testing.T) {
 	e = open()
 	defer e.Close()
 	for id, want := range map[chunkio.ID]string{pending: "one", replaced: "one again"} {
-		if got := readAll(t, e, id); string(got) != want {
+		if got := chunkstoretest.ReadAll(t, e, id); string(got) != want {
 			t.Fatalf("chunk %v after a reboot: %q, want %q", id, got, want)
 		}
 	}
@@ -337,9 +306,9 @@ func TestEngineSettleTakesOnlyCommitted(t *testing.T) {
 // newer version taken from them by a settle.
 func TestEngineRecreatedChunk(t *testing.T) {
 	dir := t.TempDir()
-	ffs := NewFaultFS(OSFS{})
-	open := func(boot string) *Engine {
-		e, err := OpenEngine(EngineConfig{Dir: dir, FS: ffs, BootID: boot})
+	ffs := chunkstoretest.NewFaultFS(chunkstore.OSFS{})
+	open := func(boot string) *chunkstore.Engine {
+		e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: dir, FS: ffs, BootID: boot})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -352,7 +321,7 @@ func TestEngineRecreatedChunk(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ffs.Inject(Fault{Op: "remove"})
+	ffs.Inject(chunkstoretest.Fault{Op: "remove"})
 	if err := e.Remove(id); err == nil {
 		t.Fatal("remove with failing unlinks: no error")
 	}
@@ -363,7 +332,7 @@ func TestEngineRecreatedChunk(t *testing.T) {
 	e.Close()
 	e = open("boot-2")
 	defer e.Close()
-	if got := readAll(t, e, id); string(got) != "new" {
+	if got := chunkstoretest.ReadAll(t, e, id); string(got) != "new" {
 		t.Fatalf("after a reboot the re-created chunk reads %q, want %q", got, "new")
 	}
 }
@@ -380,15 +349,15 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 	for _, compress := range []bool{false, true} {
 		dir := t.TempDir()
 		boot := 0
-		open := func() *Engine {
-			e, err := OpenEngine(EngineConfig{Dir: dir, Compress: compress, BootID: fmt.Sprint("boot-", boot)})
+		open := func() *chunkstore.Engine {
+			e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: dir, Compress: compress, BootID: fmt.Sprint("boot-", boot)})
 			if err != nil {
 				t.Fatal(err)
 			}
 			return e
 		}
-		record := func(e *Engine, id chunkio.ID) []byte {
-			v, closer, err := e.db.Get(chunkKey(id))
+		record := func(e *chunkstore.Engine, id chunkio.ID) []byte {
+			v, closer, err := e.DB().Get(chunkstore.ChunkKey(id))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -400,7 +369,7 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := db.Set(chunkKey(id), rec, pebble.Sync); err != nil {
+			if err := db.Set(chunkstore.ChunkKey(id), rec, pebble.Sync); err != nil {
 				t.Fatal(err)
 			}
 			db.Close()
@@ -425,7 +394,7 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 		putBack(id, rec1)
 
 		e = open() // the same boot: the record stands
-		if got := readAll(t, e, id); !bytes.Equal(got, content(1)) {
+		if got := chunkstoretest.ReadAll(t, e, id); !bytes.Equal(got, content(1)) {
 			t.Fatalf("compress=%v: under the same boot id the record was not kept", compress)
 		}
 		e.Close()
@@ -433,11 +402,11 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 		boot++
 		e = open()
 		m, _ := e.Meta(id)
-		want := newVersion(2, content(2))
+		want := chunkstore.NewVersion(2, content(2))
 		if m.GetCommitted().GetVer() != 2 || m.Committed.Crc != want.Crc || !slices.Equal(m.Committed.BlockCrcs, want.BlockCrcs) || m.Committed.Compressed != compress {
 			t.Fatalf("compress=%v: after a reboot: %v", compress, m)
 		}
-		if got := readAll(t, e, id); !bytes.Equal(got, content(2)) {
+		if got := chunkstoretest.ReadAll(t, e, id); !bytes.Equal(got, content(2)) {
 			t.Fatalf("compress=%v: version 2 not found again after a reboot", compress)
 		}
 		rec2 := record(e, id)
@@ -448,7 +417,7 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 			t.Fatal(err)
 		}
 		e.Close()
-		name := filepath.Join(dir, "chunks", fileName(id, v3.Slot))
+		name := filepath.Join(dir, "chunks", chunkstore.FileName(id, v3.Slot))
 		f, err := os.OpenFile(name, os.O_RDWR, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -458,7 +427,7 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 		putBack(id, rec2)
 		boot++
 		e = open()
-		if got := readAll(t, e, id); !bytes.Equal(got, content(2)) {
+		if got := chunkstoretest.ReadAll(t, e, id); !bytes.Equal(got, content(2)) {
 			t.Fatalf("compress=%v: a damaged version was taken", compress)
 		}
 
@@ -469,16 +438,16 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 		}
 		m, _ = e.Meta(id)
 		e.Close()
-		foreign, err := os.ReadFile(filepath.Join(dir, "chunks", fileName(other, ov.Slot)))
+		foreign, err := os.ReadFile(filepath.Join(dir, "chunks", chunkstore.FileName(other, ov.Slot)))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, "chunks", fileName(id, freeSlot(m))), foreign, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, "chunks", chunkstore.FileName(id, chunkstore.FreeSlot(m))), foreign, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		boot++
 		e = open()
-		if got := readAll(t, e, id); !bytes.Equal(got, content(2)) {
+		if got := chunkstoretest.ReadAll(t, e, id); !bytes.Equal(got, content(2)) {
 			t.Fatalf("compress=%v: another chunk's file was taken", compress)
 		}
 		e.Close()
