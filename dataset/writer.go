@@ -246,7 +246,7 @@ func removeAll(ctx context.Context, c *sdk.Client, dir string) error {
 		return err
 	}
 	for _, e := range ents {
-		if err := c.Remove(ctx, path.Join(dir, e.Name)); err != nil {
+		if err := c.Remove(ctx, path.Join(dir, e.Name())); err != nil {
 			return err
 		}
 	}

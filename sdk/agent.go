@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
-	"github.com/sluicefs/sluice/server/storage"
 	"github.com/sluicefs/sluice/shmring"
 )
 
@@ -213,17 +213,17 @@ func (ac *agentClient) Serve(ctx context.Context, es []shmring.Entry, cs []shmri
 		wg.Go(func() {
 			for k, err := range ac.a.c.writeOps(ctx, writes) {
 				c := &cs[writeAt[k]]
-				if c.Status = errnoOf(err); c.Status == 0 {
+				if c.Status = -int32(Errno(err)); c.Status == 0 {
 					w := writes[k]
-					c.Length, c.CRC = uint32(w.N), storage.CRC(ac.iov.B[w.BufOff:w.BufOff+w.N])
+					c.Length, c.CRC = uint32(w.N), chunkio.CRC(ac.iov.B[w.BufOff:w.BufOff+w.N])
 				}
 			}
 		})
 	}
 	if len(reads) > 0 {
-		for k, res := range ac.a.c.readOps(ctx, reads) {
+		for k, res := range ac.a.c.readOps(ctx, reads, true) {
 			c := &cs[readAt[k]]
-			if c.Status = errnoOf(res.Err); c.Status == 0 {
+			if c.Status = -int32(Errno(res.Err)); c.Status == 0 {
 				c.Length, c.CRC = uint32(res.N), res.CRC
 			}
 		}
@@ -252,31 +252,4 @@ func (ac *agentClient) Close() error {
 	}
 	ac.a.cfg.Logger.Debug("agent: client reclaimed", "client", ac.id, "files", len(files))
 	return errors.Join(errs...)
-}
-
-// errnoOf turns an op's error into a completion status: 0 or a negative
-// errno an application can read.
-func errnoOf(err error) int32 {
-	var e unix.Errno
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, ErrNotWritable):
-		e = unix.EBADF
-	case errors.Is(err, ErrOutOfRange):
-		e = unix.EINVAL
-	case errors.Is(err, ErrTooLarge):
-		e = unix.EFBIG
-	case errors.Is(err, ErrNotExist):
-		e = unix.ENOENT
-	case errors.Is(err, context.Canceled):
-		e = unix.ECANCELED
-	case errors.Is(err, context.DeadlineExceeded):
-		e = unix.ETIMEDOUT
-	case errors.Is(err, storage.ErrUnavailable):
-		e = unix.EAGAIN
-	default:
-		e = unix.EIO
-	}
-	return -int32(e)
 }

@@ -14,9 +14,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/internal/testproc"
-	"github.com/sluicefs/sluice/server/storage"
 	"github.com/sluicefs/sluice/shmring"
 )
 
@@ -123,9 +123,9 @@ func runAgentClient(s agentClientSpec) error {
 			}
 			delete(inflight, c.UserData)
 			b := iov[e.BufOff : e.BufOff+uint64(e.Length)]
-			if c.Status != 0 || c.Length != e.Length || c.CRC != storage.CRC(b) || !bytes.Equal(b, data[e.Offset:e.Offset+uint64(e.Length)]) {
+			if c.Status != 0 || c.Length != e.Length || c.CRC != chunkio.CRC(b) || !bytes.Equal(b, data[e.Offset:e.Offset+uint64(e.Length)]) {
 				return fmt.Errorf("entry %d (op %d at %d): status %d, %d bytes, CRC ok %v, bytes ok %v", c.UserData, e.Op, e.Offset,
-					c.Status, c.Length, c.CRC == storage.CRC(b), bytes.Equal(b, data[e.Offset:e.Offset+uint64(e.Length)]))
+					c.Status, c.Length, c.CRC == chunkio.CRC(b), bytes.Equal(b, data[e.Offset:e.Offset+uint64(e.Length)]))
 			}
 			free = append(free, e.BufOff)
 			completed++
@@ -283,7 +283,7 @@ func TestAgentClientKilled(t *testing.T) {
 	}
 	waitClients(t, fx.agent, 0)
 	in, err := fx.cl.Stat(context.Background(), "/killed")
-	if err != nil || in.Size == 0 || in.Size%agentEntrySize != 0 {
+	if err != nil || in.Size() == 0 || in.Size()%agentEntrySize != 0 {
 		t.Fatalf("the killed child's file after reclaim: %v %v", in, err)
 	}
 	fx.checkCopy(t, "/survivor", -1)
@@ -375,7 +375,7 @@ func TestAgentBadInput(t *testing.T) {
 			t.Fatalf("entry %d: completion %+v (arrived %v), want status %d", id, c, ok, status)
 		}
 	}
-	if got[5].Length != 0 || got[6].Length != 100 || got[6].CRC != storage.CRC(iov[1000:1100]) || !bytes.Equal(iov[1000:1100], fx.src[4096:4196]) {
+	if got[5].Length != 0 || got[6].Length != 100 || got[6].CRC != chunkio.CRC(iov[1000:1100]) || !bytes.Equal(iov[1000:1100], fx.src[4096:4196]) {
 		t.Fatalf("good entries: %+v %+v", got[5], got[6])
 	}
 	for i, b := range iov {

@@ -31,64 +31,80 @@ func where(at uint64, p string) string {
 	return fmt.Sprintf("inode %d:%s", at, p)
 }
 
+// info is the answer to a call that makes or finds the inode (at, p).
+func info(op string, at uint64, p string, in *metapb.Inode, err error) (*FileInfo, error) {
+	if err != nil {
+		return nil, fsErr(op, where(at, p), err)
+	}
+	return newFileInfo(baseName(at, p), in), nil
+}
+
 // StatAt returns the inode (at, p) names.
-func (c *Client) StatAt(ctx context.Context, at uint64, p string) (*metapb.Inode, error) {
+func (c *Client) StatAt(ctx context.Context, at uint64, p string) (*FileInfo, error) {
 	if err := checkPath("stat", at, p); err != nil {
 		return nil, err
 	}
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Stat(cctx, &metapb.PathRequest{At: at, Path: p})
-	return in, fsErr("stat", where(at, p), err)
+	return info("stat", at, p, in, err)
 }
 
 // ListAt returns up to limit entries of directory (at, p) after the name
-// after, each with its inode (nil for one removed meanwhile), and whether
-// there are more.
-func (c *Client) ListAt(ctx context.Context, at uint64, p, after string, limit int) ([]*metapb.DirEntry, []*metapb.Inode, bool, error) {
+// after, each with its inode (DirEntry.Info fails for one removed
+// meanwhile), and whether there are more.
+func (c *Client) ListAt(ctx context.Context, at uint64, p, after string, limit int) ([]DirEntry, bool, error) {
 	if err := checkPath("readdir", at, p); err != nil {
-		return nil, nil, false, err
+		return nil, false, err
 	}
 	cctx, done := c.call(ctx)
 	defer done()
 	r, err := c.meta.List(cctx, &metapb.ListRequest{At: at, Path: p, After: after, Limit: uint32(limit), WithInodes: true})
 	if err != nil {
-		return nil, nil, false, fsErr("readdir", where(at, p), err)
+		return nil, false, fsErr("readdir", where(at, p), err)
 	}
-	return r.Entries, r.Inodes, r.More, nil
+	out := make([]DirEntry, len(r.Entries))
+	for i, e := range r.Entries {
+		var in *metapb.Inode
+		if i < len(r.Inodes) && r.Inodes[i].GetIno() != 0 {
+			in = r.Inodes[i]
+		}
+		out[i] = newDirEntry(e, in)
+	}
+	return out, r.More, nil
 }
 
 // MkdirAt makes a directory.
-func (c *Client) MkdirAt(ctx context.Context, at uint64, p string, o Owner) (*metapb.Inode, error) {
+func (c *Client) MkdirAt(ctx context.Context, at uint64, p string, o Owner) (*FileInfo, error) {
 	if err := checkPath("mkdir", at, p); err != nil {
 		return nil, err
 	}
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Mkdir(cctx, &metapb.MakeRequest{At: at, Path: p, Mode: o.Mode, Uid: o.UID, Gid: o.GID, Client: c.id, Seq: c.next()})
-	return in, fsErr("mkdir", where(at, p), err)
+	return info("mkdir", at, p, in, err)
 }
 
 // CreateAt makes an empty file (it does not open it).
-func (c *Client) CreateAt(ctx context.Context, at uint64, p string, o Owner) (*metapb.Inode, error) {
+func (c *Client) CreateAt(ctx context.Context, at uint64, p string, o Owner) (*FileInfo, error) {
 	if err := checkPath("create", at, p); err != nil {
 		return nil, err
 	}
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Create(cctx, &metapb.MakeRequest{At: at, Path: p, Mode: o.Mode, Uid: o.UID, Gid: o.GID, Client: c.id, Seq: c.next()})
-	return in, fsErr("create", where(at, p), err)
+	return info("create", at, p, in, err)
 }
 
 // SymlinkAt makes (at, p) a symbolic link to target.
-func (c *Client) SymlinkAt(ctx context.Context, at uint64, p, target string, o Owner) (*metapb.Inode, error) {
+func (c *Client) SymlinkAt(ctx context.Context, at uint64, p, target string, o Owner) (*FileInfo, error) {
 	if err := checkPath("symlink", at, p); err != nil {
 		return nil, err
 	}
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Symlink(cctx, &metapb.SymlinkRequest{At: at, Path: p, Target: target, Uid: o.UID, Gid: o.GID, Client: c.id, Seq: c.next()})
-	return in, fsErr("symlink", where(at, p), err)
+	return info("symlink", at, p, in, err)
 }
 
 // UnlinkAt removes a name that is not a directory's; a file's chunks go
@@ -142,7 +158,7 @@ func (c *Client) rename(ctx context.Context, req *metapb.RenameRequest) error {
 }
 
 // LinkAt gives the file (at, p) the new name (newAt, newP).
-func (c *Client) LinkAt(ctx context.Context, at uint64, p string, newAt uint64, newP string) (*metapb.Inode, error) {
+func (c *Client) LinkAt(ctx context.Context, at uint64, p string, newAt uint64, newP string) (*FileInfo, error) {
 	if err := checkPath("link", at, p); err != nil {
 		return nil, err
 	}
@@ -152,7 +168,7 @@ func (c *Client) LinkAt(ctx context.Context, at uint64, p string, newAt uint64, 
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Link(cctx, &metapb.LinkRequest{At: at, Path: p, NewAt: newAt, NewPath: newP, Client: c.id, Seq: c.next()})
-	return in, fsErr("link", where(newAt, newP), err)
+	return info("link", newAt, newP, in, err)
 }
 
 // OpenAt opens the file (at, p), for writing too when write is set.

@@ -3,25 +3,12 @@ package sdk
 import (
 	"context"
 	"fmt"
+	"io/fs"
+	"path"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/proto/metapb"
-	"github.com/sluicefs/sluice/server/meta"
-	"github.com/sluicefs/sluice/server/storage"
-)
-
-// Conditions callers branch on, beside ErrNotExist and ErrExist; the
-// cluster's own errors, so errors.Is matches them whichever side made them.
-var (
-	ErrNotDir      = meta.ErrNotDir
-	ErrIsDir       = meta.ErrIsDir
-	ErrNotEmpty    = meta.ErrNotEmpty
-	ErrInvalid     = meta.ErrInvalidName // a name or argument no call accepts
-	ErrNameTooLong = meta.ErrNameTooLong
-	ErrLoop        = meta.ErrLoop // a directory moved into itself
-	ErrStale       = meta.ErrStale
-	ErrNoSpace     = storage.ErrNoSpace
-	ErrUnavailable = storage.ErrUnavailable // a chain with no serving replica
 )
 
 // SetAttr says which attributes Setattr changes; nil ones stay.
@@ -33,7 +20,7 @@ type SetAttr struct {
 
 // SetattrAt changes the attributes of (at, p) that s sets. A new size goes
 // through File.Truncate, so storage drops what lies past it.
-func (c *Client) SetattrAt(ctx context.Context, at uint64, p string, s SetAttr) (*metapb.Inode, error) {
+func (c *Client) SetattrAt(ctx context.Context, at uint64, p string, s SetAttr) (*FileInfo, error) {
 	if err := checkPath("setattr", at, p); err != nil {
 		return nil, err
 	}
@@ -63,7 +50,7 @@ func (c *Client) SetattrAt(ctx context.Context, at uint64, p string, s SetAttr) 
 	cctx, done := c.call(ctx)
 	defer done()
 	in, err := c.meta.Setattr(cctx, req)
-	return in, fsErr("setattr", where(at, p), err)
+	return info("setattr", at, p, in, err)
 }
 
 // Truncate sets the length of file p.
@@ -109,10 +96,10 @@ func (c *Client) Readlink(ctx context.Context, p string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if in.Type != metapb.InodeType_SYMLINK {
+	if in.Mode().Type() != fs.ModeSymlink {
 		return "", fmt.Errorf("readlink %s: not a symbolic link: %w", p, ErrInvalid)
 	}
-	return in.Target, nil
+	return in.Target(), nil
 }
 
 // Usage is what the namespace holds and what storage can hold.
@@ -147,9 +134,11 @@ func (c *Client) Statfs(ctx context.Context) (Usage, error) {
 	return u, nil
 }
 
-// Inode is the file's inode as of opening (its length as this handle
-// knows it is Size).
-func (f *File) Inode() *metapb.Inode { return f.in }
+// Inode is the file's inode as of opening, with the length this handle
+// knows (Size) and the name it was opened by.
+func (f *File) Inode() *FileInfo {
+	return newFileInfo(path.Base(f.name), f.in).withSize(f.Size())
+}
 
 // Sync makes the length written through this handle visible to every
 // client, keeping the handle open (fsync). The bytes themselves are on
@@ -174,7 +163,7 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if err != nil {
 		return err
 	}
-	if old := max(cur.Size, uint64(f.Size())); uint64(size) < old {
+	if old := uint64(max(cur.Size(), f.Size())); uint64(size) < old {
 		if err := f.trim(ctx, uint64(size), old); err != nil {
 			return fmt.Errorf("truncate %s: %w", f.name, err)
 		}
@@ -207,7 +196,7 @@ func (f *File) trim(ctx context.Context, size, old uint64) error {
 	cctx, done := f.c.call(ctx)
 	defer done()
 	for i := next; i < (old+cs-1)/cs; i++ {
-		if err := f.c.store.Remove(cctx, f.chain(i), storage.ChunkID{Inode: f.in.Ino, Index: uint32(i)}); err != nil {
+		if err := f.c.store.Remove(cctx, f.chain(i), chunkio.ID{Inode: f.in.Ino, Index: uint32(i)}); err != nil {
 			return err
 		}
 	}

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
-	"github.com/sluicefs/sluice/proto/metapb"
 )
 
 func readAll(t *testing.T, cl *Client, p string) []byte {
@@ -87,7 +87,7 @@ func TestTruncate(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Close()
-	if in, err := cl.Stat(ctx, "/t"); err != nil || in.Size != 100 {
+	if in, err := cl.Stat(ctx, "/t"); err != nil || in.Size() != 100 {
 		t.Fatalf("length after a handle truncated and closed: %v %v", in, err)
 	}
 }
@@ -113,14 +113,14 @@ func TestAttributes(t *testing.T) {
 	if _, err := f.WriteAt([]byte("hello"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if in, _ := other.Stat(ctx, "/d/f"); in.Size != 0 {
-		t.Fatalf("length visible before fsync: %d", in.Size)
+	if in, _ := other.Stat(ctx, "/d/f"); in.Size() != 0 {
+		t.Fatalf("length visible before fsync: %d", in.Size())
 	}
 	if err := f.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if in, _ := other.Stat(ctx, "/d/f"); in.Size != 5 {
-		t.Fatalf("length after fsync, seen by another client: %d", in.Size)
+	if in, _ := other.Stat(ctx, "/d/f"); in.Size() != 5 {
+		t.Fatalf("length after fsync, seen by another client: %d", in.Size())
 	}
 	if _, err := f.WriteAt([]byte(" world"), 5); err != nil {
 		t.Fatal("the handle is unusable after fsync:", err)
@@ -137,7 +137,7 @@ func TestAttributes(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, err := other.Stat(ctx, "/d/f")
-	if err != nil || in.Mode != 0o600 || in.Uid != 1000 || in.Gid != 100 || in.MtimeNs != mt.UnixNano() || in.AtimeNs != mt.Add(time.Hour).UnixNano() || in.Size != 11 {
+	if err != nil || in.Mode() != 0o600 || in.UID() != 1000 || in.GID() != 100 || !in.ModTime().Equal(mt) || !in.AccessTime().Equal(mt.Add(time.Hour)) || in.Size() != 11 {
 		t.Fatalf("attributes: %v %v", in, err)
 	}
 	if err := cl.Link(ctx, "/d/f", "/g"); err != nil {
@@ -179,15 +179,15 @@ func TestAttributes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sub, err := cl.MkdirAt(ctx, d.Ino, "sub", Owner{Mode: 0o700, UID: 5, GID: 6})
-	if err != nil || sub.Uid != 5 || sub.Mode != 0o700 {
+	sub, err := cl.MkdirAt(ctx, d.Ino(), "sub", Owner{Mode: 0o700, UID: 5, GID: 6})
+	if err != nil || sub.UID() != 5 || sub.Mode() != fs.ModeDir|0o700 || sub.Name() != "sub" {
 		t.Fatalf("mkdirat: %v %v", sub, err)
 	}
-	ents, inodes, more, err := cl.ListAt(ctx, d.Ino, "", "", 10)
-	if err != nil || more || len(ents) != 2 || len(inodes) != 2 || inodes[0].Type != metapb.InodeType_FILE || inodes[1].Ino != sub.Ino {
-		t.Fatalf("listat: %v %v %v %v", ents, inodes, more, err)
+	ents, more, err := cl.ListAt(ctx, d.Ino(), "", "", 10)
+	if err != nil || more || len(ents) != 2 || !ents[0].Type().IsRegular() || ents[1].FileInfo() == nil || ents[1].FileInfo().Ino() != sub.Ino() {
+		t.Fatalf("listat: %v %v %v", ents, more, err)
 	}
-	if err := cl.RenameAt(ctx, d.Ino, "f", sub.Ino, "f2"); err != nil {
+	if err := cl.RenameAt(ctx, d.Ino(), "f", sub.Ino(), "f2"); err != nil {
 		t.Fatal(err)
 	}
 	cases := []struct {
@@ -195,14 +195,14 @@ func TestAttributes(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"rmdir non-empty", cl.RmdirAt(ctx, d.Ino, "sub"), ErrNotEmpty},
-		{"unlink a directory", cl.UnlinkAt(ctx, d.Ino, "sub"), ErrIsDir},
-		{"rmdir a file", cl.RmdirAt(ctx, sub.Ino, "f2"), ErrNotDir},
-		{"long name", func() error { _, err := cl.CreateAt(ctx, d.Ino, strings.Repeat("x", 256), Owner{}); return err }(), ErrNameTooLong},
-		{"into itself", cl.RenameAt(ctx, 0, "/d", sub.Ino, "d"), ErrLoop},
+		{"rmdir non-empty", cl.RmdirAt(ctx, d.Ino(), "sub"), ErrNotEmpty},
+		{"unlink a directory", cl.UnlinkAt(ctx, d.Ino(), "sub"), ErrIsDir},
+		{"rmdir a file", cl.RmdirAt(ctx, sub.Ino(), "f2"), ErrNotDir},
+		{"long name", func() error { _, err := cl.CreateAt(ctx, d.Ino(), strings.Repeat("x", 256), Owner{}); return err }(), ErrNameTooLong},
+		{"into itself", cl.RenameAt(ctx, 0, "/d", sub.Ino(), "d"), ErrLoop},
 		{"exists", func() error { _, err := cl.MkdirAt(ctx, 0, "/d", Owner{}); return err }(), ErrExist},
-		{"missing", func() error { _, err := cl.StatAt(ctx, d.Ino, "nope"); return err }(), ErrNotExist},
-		{"open a directory", func() error { _, err := cl.OpenAt(ctx, d.Ino, "", false); return err }(), ErrIsDir},
+		{"missing", func() error { _, err := cl.StatAt(ctx, d.Ino(), "nope"); return err }(), ErrNotExist},
+		{"open a directory", func() error { _, err := cl.OpenAt(ctx, d.Ino(), "", false); return err }(), ErrIsDir},
 	}
 	for _, tc := range cases {
 		if !errors.Is(tc.err, tc.want) {

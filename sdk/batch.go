@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
-	"github.com/sluicefs/sluice/server/storage"
+	"github.com/sluicefs/sluice/routing"
 )
 
 // WriteOp is one range of a batched write: N bytes of Buf at BufOff into
@@ -50,8 +51,8 @@ func firstOpError(what string, errs []error) error {
 // chunkWrite is one update: bytes of one chunk, from one buffer, covering
 // one or more ops (adjacent ones merged).
 type chunkWrite struct {
-	chain    storage.ChainID
-	chunk    storage.ChunkID
+	chain    routing.ChainID
+	chunk    chunkio.ID
 	chunkOff uint32
 	buf      *Buffer
 	bufOff   int
@@ -93,13 +94,13 @@ func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
 				last.ops = append(last.ops, i)
 				continue
 			}
-			byChunk[k] = append(list, &chunkWrite{chain: f.chain(pc.index), chunk: storage.ChunkID{Inode: f.in.Ino, Index: uint32(pc.index)},
+			byChunk[k] = append(list, &chunkWrite{chain: f.chain(pc.index), chunk: chunkio.ID{Inode: f.in.Ino, Index: uint32(pc.index)},
 				chunkOff: pc.chunkOff, buf: op.Buf, bufOff: bufOff, n: pc.n, ops: []int{i}})
 		}
 	}
 
 	// Group the chunks by their chain's head as routing says now; a chunk
-	// whose head moves meanwhile is still written (storage.Client follows
+	// whose head moves meanwhile is still written (chunkio.Client follows
 	// the routing), just not in the group it was counted in.
 	r := c.routing.Routing()
 	byNode := map[fabric.NodeID][][]*chunkWrite{}
@@ -194,33 +195,63 @@ func checkRead(op ReadOp) error {
 	return nil
 }
 
-// Errors of batched I/O callers branch on.
-var (
-	ErrNotWritable = errors.New("sluice: file not open for writing")
-	ErrOutOfRange  = errors.New("sluice: range outside its buffer")
-	ErrTooLarge    = errors.New("sluice: file too large")
-)
-
 // maxSize is the largest length the file's layout allows: chunk indexes
 // are 32 bits.
 func (f *File) maxSize() int64 { return int64(f.in.Layout.GetChunkSize()) << 32 }
 
+// ReadOp is one range of a batched read: N bytes of File at Off into Buf at
+// BufOff.
+type ReadOp struct {
+	File   *File
+	Off    int64
+	N      int
+	Buf    *Buffer
+	BufOff int
+}
+
+// ReadBatch reads every op, grouped into one call per storage node, each
+// node pushing straight into the ops' buffers (no copy). Ranges past a
+// file's end are cut short; holes read as zeros. A range the batch could
+// not read (its node failed or was unreachable, routing moved on, a chunk
+// was rewritten while it was sent, the bytes arrived damaged) is read again
+// on its own through the retrying path, so a failover does not fail the
+// batch. An op that is wrong in itself (no file or buffer, a negative
+// offset or length, a range outside its buffer: ErrOutOfRange) fails the
+// batch before anything is read; otherwise it returns the first failure
+// that remains, naming its op.
+func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
+	for i, op := range ops {
+		if err := checkRead(op); err != nil {
+			return fmt.Errorf("read batch: op %d: %w", i, err)
+		}
+	}
+	for i, r := range c.readOps(ctx, ops, false) {
+		if r.Err != nil {
+			return fmt.Errorf("read batch: op %d: %w", i, r.Err)
+		}
+	}
+	return nil
+}
+
 // readResult is what readOps says about one op.
 type readResult struct {
 	N   int    // bytes of the file read (short at its end)
-	CRC uint32 // CRC32C of those N bytes as they lie in the buffer
+	CRC uint32 // with sums: CRC32C of those N bytes as they lie in the buffer
 	Err error
 }
 
-// readOps is a batched read with one result per op, for callers that
-// complete ops one by one (the agent). Like ReadBatch it sends one call
-// per storage node and each node pushes straight into the buffers; unlike
-// it, a piece the batch could not read (a node died, routing moved, the
-// bytes arrived damaged) is read again on its own through the retrying
-// path, so one bad node does not fail the batch.
-func (c *Client) readOps(ctx context.Context, ops []ReadOp) []readResult {
+// readOps is the batched read, ReadBatch's and the agent's, with one
+// result per op (the agent completes its entries one by one). It sends one
+// call per storage node and each node pushes straight into the buffers; a
+// piece the batch could not read (a node died, routing moved, the bytes
+// arrived damaged) is read again on its own through the retrying path, so
+// one bad node does not fail the batch. An op checkRead refuses fails
+// alone, with nothing read for it. With sums, each op's result carries the
+// CRC32C of its bytes (the agent's completions do; ReadBatch's callers
+// have no use for it and skip the pass over the bytes).
+func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readResult {
 	res := make([]readResult, len(ops))
-	var reads []storage.BatchRead
+	var reads []chunkio.BatchRead
 	var owner []int // op of each read
 	for i, op := range ops {
 		if res[i].Err = checkRead(op); res[i].Err != nil {
@@ -228,26 +259,33 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp) []readResult {
 		}
 		res[i].N = int(min(int64(op.N), max(0, op.File.Size()-op.Off)))
 		for _, pc := range op.File.pieces(op.Off, res[i].N, maxPiece) {
-			reads = append(reads, storage.BatchRead{Chain: op.File.chain(pc.index),
-				Chunk: storage.ChunkID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
+			reads = append(reads, chunkio.BatchRead{Chain: op.File.chain(pc.index),
+				Chunk: chunkio.ID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
 				Dst: op.Buf.mr.Remote(op.BufOff+pc.off, pc.n), N: -1}) // N stays -1 if its node never answered
 			owner = append(owner, i)
 		}
 	}
-	if len(reads) > 0 {
-		// Per-node failures show as reads left with N -1; the batch's own
-		// error adds nothing to them.
-		_ = c.store.ReadBatch(ctx, reads)
+	if len(reads) == 0 {
+		return res
 	}
+	ctx, done := c.call(ctx)
+	defer done()
+	// Per-node failures show as reads left with N -1; the batch's own
+	// error adds nothing to them.
+	_ = c.store.ReadBatch(ctx, reads)
+	var fenced *Buffer
 	for k := range reads {
 		rd, op := &reads[k], ops[owner[k]]
-		if res[owner[k]].Err != nil {
+		if res[owner[k]].Err != nil { // an earlier piece of the op failed
 			continue
+		}
+		if op.Buf != fenced { // every push into it is done: once per buffer (run)
+			op.Buf.mr.Fence()
+			fenced = op.Buf
 		}
 		off := int(rd.Dst.Offset)
 		dst := op.Buf.B[off : off+int(rd.Dst.Len)]
-		op.Buf.mr.Fence()
-		if rd.Err != nil || rd.N < 0 || rd.N > len(dst) || storage.CRC(dst[:rd.N]) != rd.CRC {
+		if rd.Err != nil || rd.N < 0 || rd.N > len(dst) || chunkio.CRC(dst[:rd.N]) != rd.CRC {
 			var err error
 			rd.N, _, err = c.store.ReadRegistered(ctx, rd.Chain, rd.Chunk, rd.Offset, op.Buf.mr, off, dst, false)
 			if err != nil {
@@ -257,9 +295,11 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp) []readResult {
 		}
 		clear(dst[rd.N:]) // holes read as zeros
 	}
-	for i, op := range ops {
-		if res[i].Err == nil {
-			res[i].CRC = storage.CRC(op.Buf.B[op.BufOff : op.BufOff+res[i].N])
+	if sums {
+		for i, op := range ops {
+			if res[i].Err == nil {
+				res[i].CRC = chunkio.CRC(op.Buf.B[op.BufOff : op.BufOff+res[i].N])
+			}
 		}
 	}
 	return res

@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"testing"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
-	"github.com/sluicefs/sluice/server/storage"
 )
 
 // TestWriteBatch: many ops over many files in one call — partial chunks,
@@ -152,7 +153,7 @@ func TestReadOps(t *testing.T) {
 		{File: r, Off: 0, N: 10, Buf: buf, BufOff: len(buf.B) - 5},                // outside the buffer
 		{File: r, Off: int64(len(data)) + 5, N: 10, Buf: buf, BufOff: 300_000},    // past the end
 	}
-	res := cl.readOps(ctx, ops)
+	res := cl.readOps(ctx, ops, true)
 	wantN := []int{100_000, 10, 0, 0}
 	for i, op := range ops {
 		if i == 2 {
@@ -166,7 +167,7 @@ func TestReadOps(t *testing.T) {
 		}
 		got := buf.B[op.BufOff : op.BufOff+res[i].N]
 		from := min(op.Off, int64(len(data)))
-		if !bytes.Equal(got, data[from:from+int64(res[i].N)]) || res[i].CRC != storage.CRC(got) {
+		if !bytes.Equal(got, data[from:from+int64(res[i].N)]) || res[i].CRC != chunkio.CRC(got) {
 			t.Fatalf("op %d: bytes or CRC wrong", i)
 		}
 	}
@@ -190,4 +191,61 @@ func testBuffer(t *testing.T, cl *Client, n int) *Buffer {
 	}
 	t.Cleanup(func() { buf.Release() })
 	return buf
+}
+
+// TestReadBatchErrors: ReadBatch and the agent's per-op read (readOps) are
+// one implementation and refuse the same ops with the same errors
+// (ErrOutOfRange for a range outside its buffer); ReadBatch names the op
+// and reads nothing when any op is refused, readOps fails the op alone.
+func TestReadBatchErrors(t *testing.T) {
+	cl := testClient(t)
+	ctx := context.Background()
+	data := fabrictest.RandBytes(5, 10_000)
+	if err := cl.WriteFile(ctx, "/f", data); err != nil {
+		t.Fatal(err)
+	}
+	r, err := cl.Open(ctx, "/f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	buf := testBuffer(t, cl, 64<<10)
+	cases := []struct {
+		name string
+		op   ReadOp
+		want error
+	}{
+		{"past the buffer", ReadOp{File: r, N: 100, Buf: buf, BufOff: len(buf.B) - 50}, ErrOutOfRange},
+		{"negative buffer offset", ReadOp{File: r, N: 100, Buf: buf, BufOff: -1}, ErrOutOfRange},
+		{"huge length", ReadOp{File: r, N: 1 << 62, Buf: buf, BufOff: 1}, ErrOutOfRange},
+		{"no file", ReadOp{N: 1, Buf: buf}, nil},
+		{"no buffer", ReadOp{File: r, N: 1}, nil},
+		{"negative offset", ReadOp{File: r, Off: -5, N: 1, Buf: buf}, nil},
+	}
+	for _, tc := range cases {
+		clear(buf.B)
+		good := ReadOp{File: r, N: 1000, Buf: buf, BufOff: 1000}
+		err := cl.ReadBatch(ctx, []ReadOp{good, tc.op})
+		if err == nil || (tc.want != nil && !errors.Is(err, tc.want)) || !strings.Contains(err.Error(), "op 1") {
+			t.Fatalf("%s: ReadBatch: %v, want %v naming op 1", tc.name, err, tc.want)
+		}
+		if !bytes.Equal(buf.B[1000:2000], make([]byte, 1000)) {
+			t.Fatalf("%s: ReadBatch read the good op of a refused batch", tc.name)
+		}
+		res := cl.readOps(ctx, []ReadOp{good, tc.op}, true)
+		if res[0].Err != nil || res[0].N != 1000 || !bytes.Equal(buf.B[1000:2000], data[:1000]) {
+			t.Fatalf("%s: readOps failed the good op: %v", tc.name, res[0].Err)
+		}
+		if res[1].Err == nil || (tc.want != nil && !errors.Is(res[1].Err, tc.want)) {
+			t.Fatalf("%s: readOps: %v, want %v", tc.name, res[1].Err, tc.want)
+		}
+	}
+	// The same good ops read the same bytes both ways.
+	ops := []ReadOp{{File: r, Off: 10, N: 5000, Buf: buf}, {File: r, Off: 9000, N: 4000, Buf: buf, BufOff: 8000}}
+	if err := cl.ReadBatch(ctx, ops); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.B[:5000], data[10:5010]) || !bytes.Equal(buf.B[8000:9000], data[9000:]) {
+		t.Fatal("ReadBatch read wrong bytes")
+	}
 }

@@ -7,25 +7,21 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/sluicefs/sluice/auth"
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/tcp"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/cluster"
-	"github.com/sluicefs/sluice/server/meta"
-	"github.com/sluicefs/sluice/server/mgmtd"
-	"github.com/sluicefs/sluice/server/rpc"
-	"github.com/sluicefs/sluice/server/storage"
+	"github.com/sluicefs/sluice/routing"
+	"github.com/sluicefs/sluice/rpc"
 )
 
 // Config says which cluster to use. Empty fields come from the environment:
@@ -43,26 +39,25 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Errors callers branch on (they wrap the cluster's own).
-var (
-	ErrNotExist = errors.New("sluice: no such file or directory")
-	ErrExist    = errors.New("sluice: file exists")
-)
-
 // Client is a connection to a cluster. Safe for concurrent use.
 type Client struct {
 	conn    *rpc.LeaderConn
 	meta    metapb.MetaClient
-	ctx     context.Context // carries the token
-	cancel  context.CancelFunc
-	routing *mgmtd.WatchedRouting
+	routing *routing.WatchedRouting
 	ep      fabric.Endpoint
-	store   *storage.Client
+	store   *chunkio.Client
 	id      uint64
 	seq     atomic.Uint64
 	log     *slog.Logger
 	leases  readLeases
 	wg      sync.WaitGroup // renewLeases
+
+	// closing ends when Close begins. It is a signal, not a parent: a call
+	// runs in its caller's context, which call cuts short then (with
+	// ErrClosed as the cause); only what lives until Close derives from
+	// it (the routing watch, the lease renewer).
+	closing context.Context
+	close   context.CancelFunc
 }
 
 // Connect connects to a cluster.
@@ -83,46 +78,48 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	c.id = binary.LittleEndian.Uint64(b[:]) | 1
-	c.ctx, c.cancel = context.WithCancel(rpc.WithToken(context.Background(), cfg.Token))
+	c.closing, c.close = context.WithCancel(context.Background())
 	var err error
 	fail := func(err error) (*Client, error) {
 		c.Close()
 		return nil, err
 	}
-	if c.conn, err = rpc.Dial(cfg.Cluster); err != nil {
+	if c.conn, err = rpc.Dial(cfg.Cluster, auth.Credentials(cfg.Token)); err != nil {
 		return fail(err)
 	}
 	c.meta = metapb.NewMetaClient(c.conn)
-	wctx, wcancel := context.WithCancel(c.ctx)
+	// The watch outlives ctx, which bounds only the wait for the first
+	// map: it runs until Close.
+	wctx, wcancel := context.WithCancel(c.closing)
 	defer wcancel()
 	stop := context.AfterFunc(ctx, wcancel)
-	c.routing, err = mgmtd.WatchRouting(wctx, mgmtdpb.NewMgmtdClient(c.conn), cfg.Logger)
+	c.routing, err = routing.Watch(wctx, mgmtdpb.NewMgmtdClient(c.conn), cfg.Logger)
 	stop()
 	if err != nil {
-		return fail(fmt.Errorf("sluice: connect to %s: %w", cfg.Cluster, err))
+		return fail(fsErr("sluice: connect to", cfg.Cluster, err))
 	}
 	tr := cfg.Fabric
 	if tr == nil {
-		if tr, err = tcp.New(tcp.Config{Secret: cluster.FabricSecret(cfg.Token), Logger: cfg.Logger}); err != nil {
+		if tr, err = tcp.New(tcp.Config{Secret: auth.FabricSecret(cfg.Token), Logger: cfg.Logger}); err != nil {
 			return fail(err)
 		}
 	}
 	if c.ep, err = tr.Dialer("sdk"); err != nil {
 		return fail(err)
 	}
-	c.store = storage.NewClient(c.ep, c.routing)
+	c.store = chunkio.NewClient(c.ep, c.routing)
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		c.renewLeases(c.ctx, leaseRenewal)
+		c.renewLeases(c.closing, leaseRenewal)
 	}()
 	return c, nil
 }
 
 // Close releases the connection.
 func (c *Client) Close() error {
-	if c.cancel != nil {
-		c.cancel()
+	if c.close != nil {
+		c.close()
 	}
 	c.wg.Wait()
 	if c.ep != nil {
@@ -137,33 +134,21 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// call is the context of one call made with ctx: ctx itself (its values
+// and deadline travel with the call), ended early, with ErrClosed as the
+// cause, if the client is closed meanwhile. Call the returned func when
+// the call is done.
 func (c *Client) call(ctx context.Context) (context.Context, context.CancelFunc) {
-	merged, cancel := context.WithCancel(c.ctx)
-	stop := context.AfterFunc(ctx, cancel)
-	return merged, func() { stop(); cancel() }
+	cctx, cancel := context.WithCancelCause(ctx)
+	if c.closing.Err() != nil { // closed already: end now, not in AfterFunc's goroutine
+		cancel(ErrClosed)
+		return cctx, func() {}
+	}
+	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	return cctx, func() { stop(); cancel(nil) }
 }
 
 func (c *Client) next() uint64 { return c.seq.Add(1) }
-
-// fsErr turns a control-plane status into an error callers can test.
-func fsErr(op, p string, err error) error {
-	if err == nil {
-		return nil
-	}
-	cause := err
-	if e := meta.ErrorOf(err); e != nil {
-		cause = e // errors.Is(err, ErrNotEmpty) and the like work
-	}
-	switch status.Code(err) {
-	case codes.NotFound:
-		return fmt.Errorf("%s %s: %w (%w)", op, p, ErrNotExist, cause)
-	case codes.AlreadyExists:
-		return fmt.Errorf("%s %s: %w (%w)", op, p, ErrExist, cause)
-	case codes.InvalidArgument: // as checkPath's refusals are
-		return fmt.Errorf("%s %s: %w (%w)", op, p, fs.ErrInvalid, cause)
-	}
-	return fmt.Errorf("%s %s: %w", op, p, cause)
-}
 
 // Mkdir makes a directory.
 func (c *Client) Mkdir(ctx context.Context, p string, mode uint32) error {
@@ -171,30 +156,29 @@ func (c *Client) Mkdir(ctx context.Context, p string, mode uint32) error {
 	return err
 }
 
-// Stat returns a path's inode.
-func (c *Client) Stat(ctx context.Context, p string) (*metapb.Inode, error) {
+// Stat returns a path's inode (symbolic links are not followed: none is,
+// anywhere in the SDK).
+func (c *Client) Stat(ctx context.Context, p string) (*FileInfo, error) {
 	return c.StatAt(ctx, 0, p)
 }
 
-// ReadDir lists a directory.
-func (c *Client) ReadDir(ctx context.Context, p string) ([]*metapb.DirEntry, error) {
-	if err := checkPath("readdir", 0, p); err != nil {
-		return nil, err
-	}
-	cctx, done := c.call(ctx)
-	defer done()
-	var out []*metapb.DirEntry
+// ReadDir lists a directory, in name order. Each entry carries its inode,
+// fetched in the same calls as the names (a page of 1000 per call), so
+// DirEntry.Info costs nothing more: the listing is what `ls -l` needs in
+// one go, where os.ReadDir's lazy Info would cost a call per name here.
+func (c *Client) ReadDir(ctx context.Context, p string) ([]DirEntry, error) {
+	var out []DirEntry
 	after := ""
 	for {
-		r, err := c.meta.List(cctx, &metapb.ListRequest{Path: p, After: after, Limit: 1000})
+		ents, more, err := c.ListAt(ctx, 0, p, after, 1000)
 		if err != nil {
-			return nil, fsErr("readdir", p, err)
+			return nil, err
 		}
-		out = append(out, r.Entries...)
-		if !r.More || len(r.Entries) == 0 {
+		out = append(out, ents...)
+		if !more || len(ents) == 0 {
 			return out, nil
 		}
-		after = r.Entries[len(r.Entries)-1].Name
+		after = ents[len(ents)-1].Name()
 	}
 }
 
@@ -210,7 +194,7 @@ func (c *Client) Remove(ctx context.Context, p string) error {
 	cctx, done := c.call(ctx)
 	defer done()
 	req := &metapb.PathRequest{Path: p, Client: c.id, Seq: c.next()}
-	if in.Type == metapb.InodeType_DIRECTORY {
+	if in.IsDir() {
 		_, err = c.meta.Rmdir(cctx, req)
 	} else {
 		_, err = c.meta.Unlink(cctx, req)
@@ -302,20 +286,6 @@ func (c *Client) closeSession(ctx context.Context, f *File, size uint64, keep bo
 	return fsErr("close", f.name, err)
 }
 
-// bytesIEC formats n bytes with a binary unit (GiB, TiB).
-func bytesIEC(n uint64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := uint64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
-
 // Buffer is memory registered with the data plane: reads into it land with
 // no copy (ReadBatch). It is mapped memory, not Go heap, so it may be handed
 // to C (Arrow's C data interface, libsluice). Free it with Release.
@@ -350,67 +320,4 @@ func (b *Buffer) Release() error {
 	}
 	b.B = nil
 	return err
-}
-
-// ReadOp is one range of a batched read: N bytes of File at Off into Buf at
-// BufOff.
-type ReadOp struct {
-	File   *File
-	Off    int64
-	N      int
-	Buf    *Buffer
-	BufOff int
-}
-
-// ReadBatch reads every op, grouped into one call per storage node, each
-// node pushing straight into the ops' buffers (no copy). Ranges past a
-// file's end are cut short; holes read as zeros. A range the batch could
-// not read (its node failed or was unreachable, routing moved on, a chunk
-// was rewritten while it was sent, the bytes arrived damaged) is read again
-// on its own through the retrying path, so a failover does not fail the
-// batch. It returns the first failure that remains.
-func (c *Client) ReadBatch(ctx context.Context, ops []ReadOp) error {
-	reads := make([]storage.BatchRead, 0, len(ops))
-	type span struct {
-		buf      *Buffer
-		off, end int
-	}
-	spans := make([]span, 0, len(ops))
-	for _, op := range ops {
-		if op.File == nil || op.Buf == nil || op.Off < 0 || op.N < 0 {
-			return fmt.Errorf("read batch: a range needs a file, a buffer, and no negative offset or length")
-		}
-		if op.BufOff < 0 || op.BufOff+op.N > len(op.Buf.B) {
-			return fmt.Errorf("read batch: range [%d:+%d] outside its buffer", op.BufOff, op.N)
-		}
-		n := int(min(int64(op.N), max(0, op.File.Size()-op.Off)))
-		for _, pc := range op.File.pieces(op.Off, n, maxPiece) {
-			reads = append(reads, storage.BatchRead{Chain: op.File.chain(pc.index),
-				Chunk: storage.ChunkID{Inode: op.File.in.Ino, Index: uint32(pc.index)}, Offset: pc.chunkOff,
-				Dst: op.Buf.mr.Remote(op.BufOff+pc.off, pc.n), N: -1}) // N stays -1 if its node never answered
-			spans = append(spans, span{op.Buf, op.BufOff + pc.off, op.BufOff + pc.off + pc.n})
-		}
-	}
-	cctx, done := c.call(ctx)
-	defer done()
-	// A node's failure shows in its reads (N left at -1); the batch's own
-	// error adds nothing to them.
-	_ = c.store.ReadBatch(cctx, reads)
-	var fenced *Buffer
-	for i, r := range reads {
-		s := spans[i]
-		if s.buf != fenced { // once per buffer: every push into it is done
-			s.buf.mr.Fence()
-			fenced = s.buf
-		}
-		if r.Err != nil || r.N < 0 || r.N > s.end-s.off || storage.CRC(s.buf.B[s.off:s.off+r.N]) != r.CRC {
-			n, _, err := c.store.ReadRegistered(cctx, r.Chain, r.Chunk, r.Offset, s.buf.mr, s.off, s.buf.B[s.off:s.end], false)
-			if err != nil {
-				return fmt.Errorf("read batch: %w", err)
-			}
-			r.N = n
-		}
-		clear(s.buf.B[s.off+r.N : s.end]) // holes read as zeros
-	}
-	return nil
 }

@@ -2,7 +2,15 @@
 // control plane (gRPC, with the cluster token), follows the routing mgmtd
 // publishes, and moves file data to and from storage over fabric. Files
 // satisfy io.ReaderAt, io.WriterAt and io.Closer; their chunks are placed on
-// chains by the file's layout (meta.ChunkChain).
+// chains by the file's layout (fsmeta.ChunkChain).
+//
+// The SDK speaks io/fs's language: Stat and the calls that make inodes
+// return *FileInfo (an fs.FileInfo), ReadDir returns DirEntry values (an
+// fs.DirEntry), and errors match fs.ErrNotExist, fs.ErrExist,
+// fs.ErrInvalid and fs.ErrPermission beside the cluster's own conditions
+// (errors.go). Protobuf types stay on the wire. Errno is the one table of
+// what a POSIX caller gets for an error, used by the FUSE mount and the
+// agent alike.
 //
 // Entries can be named by absolute path or, with the *At calls, relative to
 // a directory inode, as the FUSE adapter (sdk/fuse) names them. Attribute

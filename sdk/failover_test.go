@@ -106,8 +106,8 @@ func TestLeaderFailover(t *testing.T) {
 	// The target kept its lease through the election: still serving, a
 	// few leases later.
 	time.Sleep(4 * time.Second)
-	var st bytes.Buffer
-	if err := cl.Status(ctx, &st); err != nil || !strings.Contains(st.String(), "target 1: serving") {
-		t.Fatalf("status after failover: %v\n%s", err, st.String())
+	st, err := cl.ClusterStatus(ctx)
+	if err != nil || len(st.Targets) == 0 || st.Targets[0].ID != 1 || st.Targets[0].State != "serving" {
+		t.Fatalf("status after failover: %v %+v", err, st)
 	}
 }

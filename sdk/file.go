@@ -7,9 +7,10 @@ import (
 	"io"
 	"sync"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
-	"github.com/sluicefs/sluice/server/meta"
-	"github.com/sluicefs/sluice/server/storage"
+	"github.com/sluicefs/sluice/fsmeta"
+	"github.com/sluicefs/sluice/routing"
 )
 
 // piece is the part of a file range inside one chunk.
@@ -56,12 +57,12 @@ func (f *File) pieces(off int64, n, limit int) []piece {
 	return out
 }
 
-func (f *File) chain(index uint64) storage.ChainID {
-	return storage.ChainID(meta.ChunkChain(f.chains, f.in.Layout, f.in.Ino, index))
+func (f *File) chain(index uint64) routing.ChainID {
+	return routing.ChainID(fsmeta.ChunkChain(f.chains, f.in.Layout, f.in.Ino, index))
 }
 
-func (f *File) chunk(index uint64) storage.ChunkID {
-	return storage.ChunkID{Inode: f.in.Ino, Index: uint32(index)}
+func (f *File) chunk(index uint64) chunkio.ID {
+	return chunkio.ID{Inode: f.in.Ino, Index: uint32(index)}
 }
 
 // eachPiece registers b with the data plane for the duration (access

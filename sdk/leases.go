@@ -7,14 +7,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/internal/tick"
 	"github.com/sluicefs/sluice/proto/metapb"
-	"github.com/sluicefs/sluice/server/meta"
 )
 
 // readLeases are the files this client has open for reading. Opening one
 // takes a read lease from the metadata leader; while it stays open the
-// client renews the leases of all of them every third of meta.ReadLease,
+// client renews the leases of all of them every third of fsmeta.ReadLease,
 // so that a file unlinked meanwhile keeps its chunks until it is closed
 // (files open for writing have sessions instead).
 type readLeases struct {
@@ -50,7 +50,7 @@ func (c *Client) renewLeases(ctx context.Context, every time.Duration) {
 	tick.Every(ctx, every, func() {
 		inodes := c.leases.inodes()
 		for len(inodes) > 0 {
-			n := min(len(inodes), meta.MaxKeepOpen)
+			n := min(len(inodes), fsmeta.MaxKeepOpen)
 			rctx, cancel := context.WithTimeout(ctx, every)
 			_, err := c.meta.KeepOpen(rctx, &metapb.KeepOpenRequest{Client: c.id, Inodes: inodes[:n]})
 			cancel()
@@ -64,4 +64,4 @@ func (c *Client) renewLeases(ctx context.Context, every time.Duration) {
 }
 
 // leaseRenewal is how often open files' read leases are renewed.
-const leaseRenewal = meta.ReadLease / 3
+const leaseRenewal = fsmeta.ReadLease / 3

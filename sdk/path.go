@@ -6,7 +6,7 @@ import (
 	"io/fs"
 	"strings"
 
-	"github.com/sluicefs/sluice/server/meta"
+	"github.com/sluicefs/sluice/fsmeta"
 )
 
 // checkPath is the one place the SDK checks a path before it goes to the
@@ -17,7 +17,7 @@ import (
 //   - With at set (the *At calls) it is relative to that directory inode
 //     and must not start with "/"; "" names the inode itself.
 //   - Every name between slashes must be one a directory can hold
-//     (meta.CheckName): not empty (so no "//"), not "." or "..", no NUL. A
+//     (fsmeta.CheckName): not empty (so no "//"), not "." or "..", no NUL. A
 //     single trailing "/" is allowed ("/a/" is "/a").
 //
 // So "." and ".." are refused, never resolved: the SDK does no lexical
@@ -45,7 +45,7 @@ func checkPath(op string, at uint64, p string) error {
 		return nil
 	}
 	for name := range strings.SplitSeq(rest, "/") {
-		err := meta.CheckName(name)
+		err := fsmeta.CheckName(name)
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrNameTooLong):

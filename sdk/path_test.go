@@ -71,7 +71,7 @@ func TestPathRules(t *testing.T) {
 		}
 		var out []string
 		for _, e := range ents {
-			out = append(out, e.Name)
+			out = append(out, e.Name())
 		}
 		return out
 	}
@@ -81,7 +81,7 @@ func TestPathRules(t *testing.T) {
 	if got := names("/a"); !slices.Equal(got, []string{"f"}) {
 		t.Errorf("/a holds %q after the refused calls; want only f", got)
 	}
-	if in, err := cl.Stat(ctx, "/a/f"); err != nil || in.Size != 1 || in.Mode&0o777 != 0o644 || in.Nlink != 1 {
+	if in, err := cl.Stat(ctx, "/a/f"); err != nil || in.Size() != 1 || in.Mode() != 0o644 || in.Nlink() != 1 {
 		t.Errorf("/a/f after the refused calls: %v %v; want its 1 byte, mode 0644 and one link", in, err)
 	}
 	// Relative to a directory inode (the FUSE adapter's calls): names and
@@ -90,14 +90,14 @@ func TestPathRules(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if in, err := cl.StatAt(ctx, a.Ino, "f"); err != nil || in.Size != 1 {
+	if in, err := cl.StatAt(ctx, a.Ino(), "f"); err != nil || in.Size() != 1 {
 		t.Errorf("stat of a name relative to /a: %v %v", in, err)
 	}
-	if in, err := cl.StatAt(ctx, a.Ino, ""); err != nil || in.Ino != a.Ino {
+	if in, err := cl.StatAt(ctx, a.Ino(), ""); err != nil || in.Ino() != a.Ino() {
 		t.Errorf("stat of /a by itself: %v %v", in, err)
 	}
 	for _, p := range []string{"/f", "..", "../a/f", "./f", "x//y"} {
-		if _, err := cl.MkdirAt(ctx, a.Ino, p, Owner{Mode: 0o755}); !errors.Is(err, fs.ErrInvalid) {
+		if _, err := cl.MkdirAt(ctx, a.Ino(), p, Owner{Mode: 0o755}); !errors.Is(err, fs.ErrInvalid) {
 			t.Errorf("mkdir %q relative to /a: %v; want fs.ErrInvalid", p, err)
 		}
 	}

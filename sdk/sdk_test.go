@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/server/cluster"
-	"github.com/sluicefs/sluice/server/meta"
 )
 
 func startCluster(t *testing.T, dir string) *cluster.Cluster {
@@ -65,7 +65,7 @@ func TestFileAPI(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if in, err := cl.Stat(ctx, "/d/f"); err != nil || in.Size != uint64(len(data)) {
+	if in, err := cl.Stat(ctx, "/d/f"); err != nil || in.Size() != int64(len(data)) {
 		t.Fatalf("size after close: %v %v", in, err)
 	}
 	r, err := cl.Open(ctx, "/d/f")
@@ -99,7 +99,7 @@ func TestFileAPI(t *testing.T) {
 	wg.Wait()
 	r.Close()
 	ents, err := cl.ReadDir(ctx, "/d")
-	if err != nil || len(ents) != 1 || ents[0].Name != "f" {
+	if err != nil || len(ents) != 1 || ents[0].Name() != "f" {
 		t.Fatalf("readdir: %v %v", ents, err)
 	}
 	if err := cl.Rename(ctx, "/d/f", "/d/g"); err != nil {
@@ -314,7 +314,7 @@ func TestUnlinkedWhileOpen(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := collect(time.Now().Add(meta.ReadLease + time.Second)); n != 1 {
+	if n := collect(time.Now().Add(fsmeta.ReadLease + time.Second)); n != 1 {
 		t.Fatalf("after the close and its lease the collector took %d files, want 1", n)
 	}
 }

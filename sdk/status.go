@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 
@@ -12,8 +11,9 @@ import (
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 )
 
-// ClusterStatus is the cluster as Status shows it, for programs (it is
-// what `sluice status --json` prints).
+// ClusterStatus is the cluster's state, for programs and people alike:
+// `sluice status` formats it as text, and prints it as it is with --json.
+// The SDK itself prints nothing.
 type ClusterStatus struct {
 	Meta MetaStatus `json:"meta"`
 	// Usage is nil when the namespace could not be counted.
@@ -152,54 +152,3 @@ func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 // stateName is a target state as status shows it: serving, syncing,
 // offline.
 func stateName(s mgmtdpb.TargetState) string { return strings.ToLower(s.String()) }
-
-// Status writes the cluster's state for people, one line per item, in a
-// stable order and form that scripts may grep:
-//
-//	metadata: leader ID@ADDR, STATE, applied N, N inodes, members [...]
-//	space: FREE of CAPACITY free for files, BYTES in files (N targets reporting)
-//	target ID: STATE at NODE (ADDRESS)[, full], chains C:STATE ..., disk FREE free of TOTAL
-//	chain ID vVERSION: TARGET:STATE ...
-//
-// A target's disk reads "disk unknown" when the metadata leader has no
-// current report of it; a target in no chain reads "chains none".
-func (c *Client) Status(ctx context.Context, w io.Writer) error {
-	st, err := c.ClusterStatus(ctx)
-	if err != nil {
-		return err
-	}
-	m := st.Meta
-	fmt.Fprintf(w, "metadata: leader %s, %s, applied %d, %d inodes, members %v\n", m.Leader, m.State, m.AppliedIndex, m.Inodes, m.Members)
-	if u := st.Usage; u != nil {
-		fmt.Fprintf(w, "space: %s of %s free for files, %s in files (%d targets reporting)\n", bytesIEC(u.Free), bytesIEC(u.Capacity), bytesIEC(u.Bytes), u.Targets)
-	}
-	pairs := func(parts []string) string {
-		if len(parts) == 0 {
-			return "none"
-		}
-		return strings.Join(parts, " ")
-	}
-	for _, t := range st.Targets {
-		full := ""
-		if t.Full {
-			full = ", full"
-		}
-		disk := "disk unknown"
-		if t.Space != nil {
-			disk = fmt.Sprintf("disk %s free of %s", bytesIEC(t.Space.FreeBytes), bytesIEC(t.Space.TotalBytes))
-		}
-		var chains []string
-		for _, m := range t.Chains {
-			chains = append(chains, fmt.Sprintf("%d:%s", m.Chain, m.State))
-		}
-		fmt.Fprintf(w, "target %d: %s at %s (%s)%s, chains %s, %s\n", t.ID, t.State, t.Node, t.Address, full, pairs(chains), disk)
-	}
-	for _, ch := range st.Chains {
-		var targets []string
-		for _, m := range ch.Targets {
-			targets = append(targets, fmt.Sprintf("%d:%s", m.Target, m.State))
-		}
-		fmt.Fprintf(w, "chain %d v%d: %s\n", ch.ID, ch.Version, pairs(targets))
-	}
-	return nil
-}

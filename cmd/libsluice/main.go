@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -476,8 +477,15 @@ func sluice_stat(client C.uint64_t, path *C.char, buf *C.char, capacity C.int64_
 		if err != nil {
 			return err
 		}
-		b, err := json.Marshal(map[string]any{"ino": in.Ino, "type": in.Type.String(), "mode": in.Mode, "size": in.Size,
-			"nlink": in.Nlink, "mtime_ns": in.MtimeNs, "uid": in.Uid, "gid": in.Gid})
+		kind := "FILE"
+		switch in.Mode().Type() {
+		case fs.ModeDir:
+			kind = "DIRECTORY"
+		case fs.ModeSymlink:
+			kind = "SYMLINK"
+		}
+		b, err := json.Marshal(map[string]any{"ino": in.Ino(), "type": kind, "mode": in.UnixMode() & 0o7777, "size": in.Size(),
+			"nlink": in.Nlink(), "mtime_ns": in.ModTime().UnixNano(), "uid": in.UID(), "gid": in.GID()})
 		if err != nil {
 			return err
 		}

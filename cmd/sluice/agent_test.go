@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/sdk"
 	"github.com/sluicefs/sluice/server/cluster"
-	"github.com/sluicefs/sluice/server/storage"
 	"github.com/sluicefs/sluice/shmring"
 )
 
@@ -81,7 +81,7 @@ func throughAgent(t *testing.T, ctx context.Context, sock string) {
 		return got
 	}
 	ac.Submit([]shmring.Entry{{File: f, Offset: 0, Length: uint32(len(data)), BufOff: 0, Op: shmring.OpWrite, UserData: 1}})
-	if c := reap(1)[0]; c.Status != 0 || c.Length != uint32(len(data)) || c.CRC != storage.CRC(data) {
+	if c := reap(1)[0]; c.Status != 0 || c.Length != uint32(len(data)) || c.CRC != chunkio.CRC(data) {
 		t.Fatalf("write completion %+v", c)
 	}
 	if size, err := ac.CloseFile(ctx, f); err != nil || size != int64(len(data)) {
@@ -93,7 +93,7 @@ func throughAgent(t *testing.T, ctx context.Context, sock string) {
 	}
 	ac.Submit([]shmring.Entry{{File: r, Offset: 1000, Length: 200_000, BufOff: 512 << 10, Op: shmring.OpRead, UserData: 2}})
 	got := iov[512<<10 : 512<<10+200_000]
-	if c := reap(1)[0]; c.Status != 0 || c.Length != 200_000 || c.CRC != storage.CRC(got) || !bytes.Equal(got, data[1000:201_000]) {
+	if c := reap(1)[0]; c.Status != 0 || c.Length != 200_000 || c.CRC != chunkio.CRC(got) || !bytes.Equal(got, data[1000:201_000]) {
 		t.Fatalf("read completion %+v, bytes equal %v", c, bytes.Equal(got, data[1000:201_000]))
 	}
 }
@@ -137,7 +137,7 @@ func agentReadAll(t *testing.T, ac *sdk.AgentConn, name string, want []byte) {
 			e := inflight[c.UserData]
 			delete(inflight, c.UserData)
 			got := iov[e.BufOff : e.BufOff+uint64(e.Length)]
-			if c.Status != 0 || c.Length != e.Length || c.CRC != storage.CRC(got) || !bytes.Equal(got, want[e.Offset:e.Offset+uint64(e.Length)]) {
+			if c.Status != 0 || c.Length != e.Length || c.CRC != chunkio.CRC(got) || !bytes.Equal(got, want[e.Offset:e.Offset+uint64(e.Length)]) {
 				t.Fatalf("%s at %d through the agent: completion %+v, bytes equal %v", name, e.Offset, c, bytes.Equal(got, want[e.Offset:e.Offset+uint64(e.Length)]))
 			}
 			free = append(free, e.BufOff)

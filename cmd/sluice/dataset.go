@@ -97,12 +97,12 @@ func newDatasetCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "NAME\tSAMPLES\tMiB\tCOLUMNS")
 			for _, e := range ents {
-				if strings.HasPrefix(e.Name, ".") {
+				if strings.HasPrefix(e.Name(), ".") {
 					continue // an import in progress or abandoned
 				}
-				d, err := dataset.Open(ctx, c, e.Name)
+				d, err := dataset.Open(ctx, c, e.Name())
 				if err != nil {
-					fmt.Fprintf(tw, "%s\t?\t?\t%v\n", e.Name, err)
+					fmt.Fprintf(tw, "%s\t?\t?\t%v\n", e.Name(), err)
 					continue
 				}
 				m := d.Manifest()

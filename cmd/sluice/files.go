@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/sdk"
 )
 
@@ -61,8 +61,14 @@ func newFileCmds() []*cobra.Command {
 		}
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		for _, e := range ents {
-			kind := map[metapb.InodeType]string{metapb.InodeType_DIRECTORY: "dir", metapb.InodeType_FILE: "file", metapb.InodeType_SYMLINK: "link"}[e.Type]
-			fmt.Fprintf(tw, "%s\t%s\n", kind, e.Name)
+			kind := "file"
+			switch e.Type() {
+			case fs.ModeDir:
+				kind = "dir"
+			case fs.ModeSymlink:
+				kind = "link"
+			}
+			fmt.Fprintf(tw, "%s\t%s\n", kind, e.Name())
 		}
 		return tw.Flush()
 	})
@@ -89,12 +95,13 @@ func newFileCmds() []*cobra.Command {
 				return err
 			}
 			defer c.Close()
-			if !asJSON {
-				return c.Status(cmd.Context(), cmd.OutOrStdout())
-			}
 			st, err := c.ClusterStatus(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if !asJSON {
+				writeStatus(cmd.OutOrStdout(), st)
+				return nil
 			}
 			enc := json.NewEncoder(cmd.OutOrStdout())
 			enc.SetIndent("", "  ")

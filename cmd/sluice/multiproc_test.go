@@ -89,7 +89,9 @@ func TestSeparateProcesses(t *testing.T) {
 	defer cl.Close()
 	status := func() string {
 		var b bytes.Buffer
-		cl.Status(ctx, &b)
+		if st, err := cl.ClusterStatus(ctx); err == nil {
+			writeStatus(&b, st)
+		}
 		return b.String()
 	}
 	waitFor := func(what, s string) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/server/cluster"
 )
 
@@ -70,7 +71,7 @@ func newServerCmd() *cobra.Command {
 				return err
 			}
 			os.MkdirAll(cfg.Dir, 0o755)
-			token, err := cluster.LoadToken(cfg.TokenFile)
+			token, err := auth.LoadToken(cfg.TokenFile)
 			if err != nil {
 				return err
 			}

@@ -2,12 +2,13 @@ package fuse
 
 import (
 	"context"
+	iofs "io/fs"
 	"sync"
 	"syscall"
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/sdk"
 )
 
 // dirHandle is a directory listing taken at opendir (and again at a
@@ -16,26 +17,25 @@ import (
 type dirHandle struct {
 	mu      sync.Mutex
 	ino     uint64
-	entries []*metapb.DirEntry
-	inodes  []*metapb.Inode // nil where an entry went meanwhile
+	entries []sdk.DirEntry // FileInfo nil where an entry went meanwhile
 }
 
 // listPage is how many entries one List call asks for.
 const listPage = 1000
 
 func (fs *FS) list(ctx context.Context, d *dirHandle) error {
-	d.entries, d.inodes = d.entries[:0], d.inodes[:0]
+	d.entries = d.entries[:0]
 	after := ""
 	for {
-		ents, inodes, more, err := fs.c.ListAt(ctx, d.ino, "", after, listPage)
+		ents, more, err := fs.c.ListAt(ctx, d.ino, "", after, listPage)
 		if err != nil {
 			return err
 		}
-		d.entries, d.inodes = append(d.entries, ents...), append(d.inodes, inodes...)
+		d.entries = append(d.entries, ents...)
 		if !more || len(ents) == 0 {
 			return nil
 		}
-		after = ents[len(ents)-1].Name
+		after = ents[len(ents)-1].Name()
 	}
 }
 
@@ -83,7 +83,7 @@ func (fs *FS) readDir(in *gofuse.ReadIn, out *gofuse.DirEntryList, plus bool) go
 	}
 	for off := in.Offset; off < uint64(len(d.entries))+2; off++ {
 		e := gofuse.DirEntry{Off: off + 1, Mode: syscall.S_IFDIR}
-		var ino *metapb.Inode
+		var ino *sdk.FileInfo
 		switch off {
 		case 0:
 			e.Name, e.Ino = ".", d.ino
@@ -91,8 +91,8 @@ func (fs *FS) readDir(in *gofuse.ReadIn, out *gofuse.DirEntryList, plus bool) go
 			e.Name, e.Ino = "..", gofuse.FUSE_UNKNOWN_INO
 		default:
 			ent := d.entries[off-2]
-			ino = d.inodes[off-2]
-			e.Name, e.Ino, e.Mode = ent.Name, ent.Ino, typeBits[ent.Type]
+			ino = ent.FileInfo()
+			e.Name, e.Ino, e.Mode = ent.Name(), ent.Ino(), typeBits(ent.Type())
 		}
 		if !plus {
 			if !out.AddDirEntry(e) {
@@ -109,6 +109,17 @@ func (fs *FS) readDir(in *gofuse.ReadIn, out *gofuse.DirEntryList, plus bool) go
 		}
 	}
 	return gofuse.OK
+}
+
+// typeBits is stat(2)'s file type bits for an entry's fs.FileMode type.
+func typeBits(t iofs.FileMode) uint32 {
+	switch {
+	case t&iofs.ModeDir != 0:
+		return syscall.S_IFDIR
+	case t&iofs.ModeSymlink != 0:
+		return syscall.S_IFLNK
+	}
+	return syscall.S_IFREG
 }
 
 func (fs *FS) ReleaseDir(in *gofuse.ReleaseIn) {

@@ -11,9 +11,6 @@ import (
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
-	"google.golang.org/protobuf/proto"
-
-	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/sdk"
 )
 
@@ -61,12 +58,12 @@ func (of *openFile) size() int64 {
 	return of.f.Size()
 }
 
-func (of *openFile) inode() *metapb.Inode {
+// inode is the file's inode as of opening, with the length the mount's
+// writers have reached.
+func (of *openFile) inode() *sdk.FileInfo {
 	of.mu.RLock()
 	defer of.mu.RUnlock()
-	in := proto.Clone(of.f.Inode()).(*metapb.Inode)
-	in.Size = uint64(of.f.Size())
-	return in
+	return of.f.Inode()
 }
 
 // acquire opens inode ino in this mount (again), for writing too when
@@ -171,7 +168,7 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 		return fs.errno("create", in.NodeId, err)
 	}
 	open := gofuse.OpenIn{InHeader: in.InHeader, Flags: in.Flags}
-	open.NodeId = ino.Ino
+	open.NodeId = ino.Ino()
 	if st := fs.Open(cancel, &open, &out.OpenOut); !st.Ok() {
 		return st
 	}

@@ -11,7 +11,6 @@ import (
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
-	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/sdk"
 )
 
@@ -22,7 +21,7 @@ type Config struct {
 	// clients change the namespace too.
 	AttrTimeout, EntryTimeout time.Duration
 	// OpTimeout bounds each request to the cluster (60s); past it the
-	// caller gets EIO.
+	// caller gets ETIMEDOUT (sdk.Errno).
 	OpTimeout time.Duration
 	// Readahead is how far a sequential reader is read ahead (16 MiB), in
 	// four windows, each fetched by one batched read.
@@ -105,37 +104,33 @@ func owner(h *gofuse.InHeader, mode uint32) sdk.Owner {
 	return sdk.Owner{Mode: mode & 0o7777, UID: h.Uid, GID: h.Gid}
 }
 
-var typeBits = map[metapb.InodeType]uint32{
-	metapb.InodeType_FILE:      syscall.S_IFREG,
-	metapb.InodeType_DIRECTORY: syscall.S_IFDIR,
-	metapb.InodeType_SYMLINK:   syscall.S_IFLNK,
-}
-
 // fillAttr converts an inode; a file open in this mount has the length
 // its writers have reached, which the namespace learns at flush.
-func (fs *FS) fillAttr(in *metapb.Inode, a *gofuse.Attr) {
-	size := in.Size
-	if in.Type == metapb.InodeType_FILE {
-		if of := fs.opened(in.Ino); of != nil {
+func (fs *FS) fillAttr(in *sdk.FileInfo, a *gofuse.Attr) {
+	size := uint64(in.Size())
+	if in.Mode().IsRegular() {
+		if of := fs.opened(in.Ino()); of != nil {
 			size = max(size, uint64(of.size()))
 		}
 	}
-	*a = gofuse.Attr{Ino: in.Ino, Size: size, Blocks: (size + 511) / 512, Mode: typeBits[in.Type] | in.Mode&0o7777,
-		Nlink: in.Nlink, Owner: gofuse.Owner{Uid: in.Uid, Gid: in.Gid}, Blksize: 1 << 20}
-	a.Atime, a.Atimensec = uint64(in.AtimeNs/1e9), uint32(in.AtimeNs%1e9)
-	a.Mtime, a.Mtimensec = uint64(in.MtimeNs/1e9), uint32(in.MtimeNs%1e9)
-	a.Ctime, a.Ctimensec = uint64(in.CtimeNs/1e9), uint32(in.CtimeNs%1e9)
+	*a = gofuse.Attr{Ino: in.Ino(), Size: size, Blocks: (size + 511) / 512, Mode: in.UnixMode(),
+		Nlink: in.Nlink(), Owner: gofuse.Owner{Uid: in.UID(), Gid: in.GID()}, Blksize: 1 << 20}
+	a.Atime, a.Atimensec = unixTime(in.AccessTime())
+	a.Mtime, a.Mtimensec = unixTime(in.ModTime())
+	a.Ctime, a.Ctimensec = unixTime(in.ChangeTime())
 }
 
-func (fs *FS) fillEntry(in *metapb.Inode, out *gofuse.EntryOut) {
-	out.NodeId, out.Generation = in.Ino, 0 // inode numbers are never reused
+func unixTime(t time.Time) (uint64, uint32) { return uint64(t.Unix()), uint32(t.Nanosecond()) }
+
+func (fs *FS) fillEntry(in *sdk.FileInfo, out *gofuse.EntryOut) {
+	out.NodeId, out.Generation = in.Ino(), 0 // inode numbers are never reused
 	out.SetEntryTimeout(fs.cfg.EntryTimeout)
 	out.SetAttrTimeout(fs.cfg.AttrTimeout)
 	fs.fillAttr(in, &out.Attr)
 }
 
 // entry answers a request that makes or finds an inode.
-func (fs *FS) entry(op string, ino uint64, in *metapb.Inode, err error, out *gofuse.EntryOut) gofuse.Status {
+func (fs *FS) entry(op string, ino uint64, in *sdk.FileInfo, err error, out *gofuse.EntryOut) gofuse.Status {
 	if err != nil {
 		return fs.errno(op, ino, err)
 	}
@@ -155,28 +150,29 @@ func (fs *FS) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, ou
 func (fs *FS) Forget(nodeid, nlookup uint64) {}
 
 // stat is an inode's attributes; a file unlinked while open here keeps
-// the ones it had.
-func (fs *FS) stat(ctx context.Context, ino uint64) (*metapb.Inode, error) {
-	in, err := fs.c.StatAt(ctx, ino, "")
+// the ones it had, and unlinked says so (its link count is then 0).
+func (fs *FS) stat(ctx context.Context, ino uint64) (in *sdk.FileInfo, unlinked bool, err error) {
+	in, err = fs.c.StatAt(ctx, ino, "")
 	if errors.Is(err, sdk.ErrNotExist) {
 		if of := fs.opened(ino); of != nil {
-			in := of.inode()
-			in.Nlink = 0
-			return in, nil
+			return of.inode(), true, nil
 		}
 	}
-	return in, err
+	return in, false, err
 }
 
 func (fs *FS) GetAttr(cancel <-chan struct{}, in *gofuse.GetAttrIn, out *gofuse.AttrOut) gofuse.Status {
 	ctx, done := fs.op()
 	defer done()
-	ino, err := fs.stat(ctx, in.NodeId)
+	ino, unlinked, err := fs.stat(ctx, in.NodeId)
 	if err != nil {
 		return fs.errno("getattr", in.NodeId, err)
 	}
 	out.SetTimeout(fs.cfg.AttrTimeout)
 	fs.fillAttr(ino, &out.Attr)
+	if unlinked {
+		out.Attr.Nlink = 0
+	}
 	return gofuse.OK
 }
 
@@ -285,10 +281,10 @@ func (fs *FS) Readlink(cancel <-chan struct{}, h *gofuse.InHeader) ([]byte, gofu
 	if err != nil {
 		return nil, fs.errno("readlink", h.NodeId, err)
 	}
-	if in.Type != metapb.InodeType_SYMLINK {
+	if in.UnixMode()&syscall.S_IFMT != syscall.S_IFLNK {
 		return nil, gofuse.EINVAL
 	}
-	return []byte(in.Target), gofuse.OK
+	return []byte(in.Target()), gofuse.OK
 }
 
 // Access checks mask against the inode's mode the way a local file system
@@ -296,7 +292,7 @@ func (fs *FS) Readlink(cancel <-chan struct{}, h *gofuse.InHeader) ([]byte, gofu
 func (fs *FS) Access(cancel <-chan struct{}, in *gofuse.AccessIn) gofuse.Status {
 	ctx, done := fs.op()
 	defer done()
-	ino, err := fs.stat(ctx, in.NodeId)
+	ino, _, err := fs.stat(ctx, in.NodeId)
 	if err != nil {
 		return fs.errno("access", in.NodeId, err)
 	}
@@ -308,16 +304,17 @@ func (fs *FS) Access(cancel <-chan struct{}, in *gofuse.AccessIn) gofuse.Status 
 
 // permitted reports whether uid (in group gid) may do want (r=4, w=2,
 // x=1) to in. Root may do anything but execute a file no one may execute.
-func permitted(in *metapb.Inode, uid, gid, want uint32) bool {
+func permitted(in *sdk.FileInfo, uid, gid, want uint32) bool {
+	mode := in.UnixMode()
 	if uid == 0 {
-		return want&1 == 0 || in.Type == metapb.InodeType_DIRECTORY || in.Mode&0o111 != 0
+		return want&1 == 0 || in.IsDir() || mode&0o111 != 0
 	}
-	bits := in.Mode & 7
+	bits := mode & 7
 	switch {
-	case uid == in.Uid:
-		bits = in.Mode >> 6 & 7
-	case gid == in.Gid:
-		bits = in.Mode >> 3 & 7
+	case uid == in.UID():
+		bits = mode >> 6 & 7
+	case gid == in.GID():
+		bits = mode >> 3 & 7
 	}
 	return want&^bits == 0
 }

@@ -83,7 +83,7 @@ func TestDD(t *testing.T) {
 	if a, b := sum(src), sum(dst); a != b {
 		t.Fatalf("checksums differ: in %x, out %x", a, b)
 	}
-	if in, err := mt.cl.Stat(context.Background(), "/big"); err != nil || in.Size != 256<<20 {
+	if in, err := mt.cl.Stat(context.Background(), "/big"); err != nil || in.Size() != 256<<20 {
 		t.Fatalf("the SDK's length: %v %v", in, err)
 	}
 }

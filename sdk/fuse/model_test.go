@@ -114,7 +114,7 @@ func TestRandomOperations(t *testing.T) {
 			if fi, err := f.Stat(); err != nil || fi.Size() != int64(len(model)) {
 				fail("fstat: %v %v, want %d bytes", fi, err, len(model))
 			}
-			if in, err := mt.cl.Stat(context.Background(), "/fsx"); err != nil || in.Size != uint64(len(model)) {
+			if in, err := mt.cl.Stat(context.Background(), "/fsx"); err != nil || in.Size() != int64(len(model)) {
 				fail("length seen by the SDK after fsync: %v %v, want %d", in, err, len(model))
 			}
 		default: // close and reopen

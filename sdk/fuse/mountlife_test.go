@@ -227,7 +227,7 @@ func TestForcedUnmount(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("still serving 10s after a forced unmount")
 	}
-	if in, err := mt.cl.Stat(context.Background(), "/open"); err != nil || in.Size != 5000 {
+	if in, err := mt.cl.Stat(context.Background(), "/open"); err != nil || in.Size() != 5000 {
 		t.Fatalf("the length after a forced unmount: %v %v", in, err)
 	}
 }

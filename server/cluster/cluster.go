@@ -15,9 +15,6 @@ package cluster
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -25,7 +22,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,40 +29,20 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 
+	"github.com/sluicefs/sluice/auth"
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/local"
 	"github.com/sluicefs/sluice/fabric/tcp"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/routing"
+	"github.com/sluicefs/sluice/rpc"
+	"github.com/sluicefs/sluice/server/chunkstore"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
-	"github.com/sluicefs/sluice/server/rpc"
 	"github.com/sluicefs/sluice/server/storage"
 )
-
-// FabricSecret is the fabric secret derived from the cluster token: every
-// process that holds the token can join the data plane.
-func FabricSecret(token string) []byte {
-	s := sha256.Sum256([]byte("sluice fabric " + token))
-	return s[:]
-}
-
-// LoadToken reads the cluster token at path, making one the first time.
-func LoadToken(path string) (string, error) {
-	if b, err := os.ReadFile(path); err == nil {
-		if t := strings.TrimSpace(string(b)); len(t) >= 16 {
-			return t, nil
-		}
-		return "", fmt.Errorf("cluster: token file %s holds no usable token (16+ characters)", path)
-	}
-	var b [24]byte
-	rand.Read(b[:])
-	token := hex.EncodeToString(b[:])
-	if err := os.WriteFile(path, []byte(token+"\n"), 0o600); err != nil {
-		return "", fmt.Errorf("cluster: write token: %w", err)
-	}
-	return token, nil
-}
 
 func quiet(l *slog.Logger) *slog.Logger {
 	if l == nil {
@@ -150,7 +126,7 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	}
 	det := mgmtd.NewDetector(c.replica, 3*time.Second, cfg.Logger)
 	c.spawn(func() { det.Run(bg) })
-	unary, stream := rpc.TokenAuth(cfg.Token)
+	unary, stream := auth.TokenAuth(cfg.Token)
 	c.gs = grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
 	metaSvc := meta.NewService(c.replica)
 	metaSvc.ReportSpace(det.TargetSpace)
@@ -168,7 +144,7 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	// The collector deletes unlinked files' chunks through its own client.
 	var tr fabric.Transport = cfg.Local
 	if cfg.Local == nil {
-		if tr, err = tcp.New(tcp.Config{Secret: FabricSecret(cfg.Token), Logger: cfg.Logger}); err != nil {
+		if tr, err = tcp.New(tcp.Config{Secret: auth.FabricSecret(cfg.Token), Logger: cfg.Logger}); err != nil {
 			return fail(err)
 		}
 	}
@@ -200,22 +176,22 @@ func (c *Control) createTable(ctx context.Context, targets, replicas int) {
 }
 
 func (c *Control) collect(ctx context.Context, tr fabric.Transport, cfg ControlConfig) {
-	conn, err := rpc.Dial(c.Addr)
+	conn, err := rpc.Dial(c.Addr, auth.Credentials(cfg.Token))
 	if err != nil {
 		return
 	}
 	defer conn.Close()
-	routing, err := mgmtd.WatchRouting(rpc.WithToken(ctx, cfg.Token), mgmtdpb.NewMgmtdClient(conn), cfg.Logger)
+	rt, err := routing.Watch(ctx, mgmtdpb.NewMgmtdClient(conn), cfg.Logger)
 	if err != nil {
 		return
 	}
-	defer routing.Close()
+	defer rt.Close()
 	ep, err := tr.Dialer("collector")
 	if err != nil {
 		return
 	}
 	defer ep.Close()
-	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: storage.NewClient(ep, routing), Map: c.replica.ClusterMap}, cfg.CollectDelay, cfg.Logger)
+	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: chunkio.NewClient(ep, rt), Map: c.replica.ClusterMap}, cfg.CollectDelay, cfg.Logger)
 	c.collector.Store(col)
 	col.Run(ctx, min(10*time.Second, max(cfg.CollectDelay, time.Second)))
 }
@@ -275,8 +251,8 @@ type StorageConfig struct {
 type Storage struct {
 	ep      fabric.Endpoint
 	conn    *rpc.LeaderConn
-	routing *mgmtd.WatchedRouting
-	engines []*storage.Engine
+	routing *routing.WatchedRouting
+	engines []*chunkstore.Engine
 	node    *storage.Node
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -299,16 +275,16 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		s.Close()
 		return nil, err
 	}
-	targets := map[storage.TargetID]*storage.Engine{}
+	targets := map[routing.TargetID]*chunkstore.Engine{}
 	for _, t := range cfg.Targets {
-		e, err := storage.OpenEngine(storage.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", t)), MaxChunkSize: cfg.ChunkSize})
+		e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", t)), MaxChunkSize: cfg.ChunkSize})
 		if err != nil {
 			return fail(err)
 		}
 		s.engines = append(s.engines, e)
-		targets[storage.TargetID(t)] = e
+		targets[routing.TargetID(t)] = e
 	}
-	tr, err := tcp.New(tcp.Config{Secret: FabricSecret(cfg.Token), Logger: cfg.Logger})
+	tr, err := tcp.New(tcp.Config{Secret: auth.FabricSecret(cfg.Token), Logger: cfg.Logger})
 	if err != nil {
 		return fail(err)
 	}
@@ -325,43 +301,42 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	}
 	// The node answers from the moment it listens, "unavailable" until it
 	// holds a lease and routes by a map as new as the lease's.
-	routing := &lateRouting{set: make(chan struct{})}
+	late := &lateRouting{set: make(chan struct{})}
 	var agentp atomic.Pointer[mgmtd.Agent]
 	ready := func() error {
 		a := agentp.Load()
 		if a == nil {
-			return fmt.Errorf("node starting: %w", storage.ErrUnavailable)
+			return fmt.Errorf("node starting: %w", chunkio.ErrUnavailable)
 		}
 		until, ver := a.Lease()
 		if time.Now().After(until) {
-			return fmt.Errorf("no lease from mgmtd: %w", storage.ErrUnavailable)
+			return fmt.Errorf("no lease from mgmtd: %w", chunkio.ErrUnavailable)
 		}
-		if have := routing.Routing().Version; have < ver {
-			return fmt.Errorf("routing at map version %d, the lease's is %d: %w", have, ver, storage.ErrUnavailable)
+		if have := late.Routing().Version; have < ver {
+			return fmt.Errorf("routing at map version %d, the lease's is %d: %w", have, ver, chunkio.ErrUnavailable)
 		}
 		return nil
 	}
-	onSynced := func(chain storage.ChainID, target storage.TargetID, chainVer uint64) error {
+	onSynced := func(chain routing.ChainID, target routing.TargetID, chainVer uint64) error {
 		a := agentp.Load()
 		if a == nil {
-			return fmt.Errorf("node starting: %w", storage.ErrUnavailable)
+			return fmt.Errorf("node starting: %w", chunkio.ErrUnavailable)
 		}
 		return a.OnSynced(chain, target, chainVer)
 	}
-	if s.node, err = storage.NewNode(storage.NodeConfig{Endpoint: s.ep, Routing: routing, Targets: targets,
+	if s.node, err = storage.NewNode(storage.NodeConfig{Endpoint: s.ep, Routing: late, Targets: targets,
 		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: onSynced, Ready: ready}); err != nil {
 		return fail(err)
 	}
-	if s.conn, err = rpc.Dial(cfg.Cluster); err != nil {
+	if s.conn, err = rpc.Dial(cfg.Cluster, auth.Credentials(cfg.Token)); err != nil {
 		return fail(err)
 	}
 	mc := mgmtdpb.NewMgmtdClient(s.conn)
-	actx := rpc.WithToken(bg, cfg.Token)
 	rctx, rcancel := context.WithTimeout(ctx, 30*time.Second)
 	defer rcancel()
 	var agent *mgmtd.Agent
 	for {
-		agent, err = mgmtd.NewAgent(rpc.WithToken(rctx, cfg.Token), mc, &mgmtdpb.Node{Id: cfg.NodeID, Address: string(s.ep.ID())}, cfg.Targets, 500*time.Millisecond, cfg.Logger)
+		agent, err = mgmtd.NewAgent(rctx, mc, &mgmtdpb.Node{Id: cfg.NodeID, Address: string(s.ep.ID())}, cfg.Targets, 500*time.Millisecond, cfg.Logger)
 		if err == nil || rctx.Err() != nil {
 			break
 		}
@@ -370,7 +345,6 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	if err != nil {
 		return fail(fmt.Errorf("cluster: register node %s: %w", cfg.NodeID, err))
 	}
-	agent = mgmtd.RebindAgent(agent, actx)
 	agent.Space = func() []*mgmtdpb.TargetSpace {
 		var out []*mgmtdpb.TargetSpace
 		for id, e := range targets {
@@ -386,39 +360,39 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		defer s.wg.Done()
 		agent.Run(bg)
 	}()
-	if s.routing, err = mgmtd.WatchRouting(actx, mc, cfg.Logger); err != nil {
+	if s.routing, err = routing.Watch(bg, mc, cfg.Logger); err != nil {
 		return fail(err)
 	}
-	routing.use(s.routing)
+	late.use(s.routing)
 	return s, nil
 }
 
-// lateRouting is a storage.RoutingProvider whose source arrives after the
+// lateRouting is a routing.Provider whose source arrives after the
 // node starts serving: empty routing until then.
 type lateRouting struct {
 	mu  sync.Mutex
-	src storage.RoutingProvider
+	src routing.Provider
 	set chan struct{} // closed when src is
 }
 
-func (l *lateRouting) use(src storage.RoutingProvider) {
+func (l *lateRouting) use(src routing.Provider) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.src = src
 	close(l.set)
 }
 
-func (l *lateRouting) source() storage.RoutingProvider {
+func (l *lateRouting) source() routing.Provider {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.src
 }
 
-func (l *lateRouting) Routing() *storage.Routing {
+func (l *lateRouting) Routing() *routing.Routing {
 	if src := l.source(); src != nil {
 		return src.Routing()
 	}
-	return &storage.Routing{}
+	return &routing.Routing{}
 }
 
 func (l *lateRouting) Changed() <-chan struct{} {
@@ -492,7 +466,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
-	token, err := LoadToken(filepath.Join(cfg.Dir, "token"))
+	token, err := auth.LoadToken(filepath.Join(cfg.Dir, "token"))
 	if err != nil {
 		return nil, err
 	}

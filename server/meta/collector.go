@@ -7,10 +7,13 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/internal/tick"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/storage"
+	"github.com/sluicefs/sluice/routing"
 )
 
 // ChunkRemover deletes a file's chunks from storage (every replica of every
@@ -51,7 +54,7 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration) {
 		if c.leaderSince.IsZero() {
 			c.leaderSince = time.Now()
 		}
-		if time.Since(c.leaderSince) < ReadLease {
+		if time.Since(c.leaderSince) < fsmeta.ReadLease {
 			return
 		}
 		if _, err := c.Collect(ctx, time.Now()); err != nil {
@@ -104,7 +107,7 @@ func (c *Collector) Collect(ctx context.Context, now time.Time) (int, error) {
 // of n bytes (i < n / chunk size, rounded up) lives on ChunkChain of the
 // file's chain table, per the cluster map.
 type StorageRemover struct {
-	Client *storage.Client
+	Client *chunkio.Client
 	Map    func() (*mgmtdpb.ClusterMap, error)
 }
 
@@ -129,8 +132,8 @@ func (s StorageRemover) RemoveChunks(ctx context.Context, f *metapb.Inode) error
 	}
 	n := (f.Size + uint64(l.ChunkSize) - 1) / uint64(l.ChunkSize)
 	for i := uint64(0); i < n; i++ {
-		chain := ChunkChain(chains, l, f.Ino, i)
-		if err := s.Client.Remove(ctx, storage.ChainID(chain), storage.ChunkID{Inode: f.Ino, Index: uint32(i)}); err != nil {
+		chain := fsmeta.ChunkChain(chains, l, f.Ino, i)
+		if err := s.Client.Remove(ctx, routing.ChainID(chain), chunkio.ID{Inode: f.Ino, Index: uint32(i)}); err != nil {
 			return err
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
@@ -16,10 +18,7 @@ import (
 // RootIno is the root directory's inode number.
 const RootIno = 1
 
-const (
-	maxName = 255
-	maxPath = 4096
-)
+const maxPath = 4096
 
 // Namespace is the namespace state machine on a Pebble database.
 type Namespace struct {
@@ -32,7 +31,7 @@ type Namespace struct {
 // in db.
 func Open(db *pebble.DB, rootLayout *metapb.Layout, now int64) (*Namespace, error) {
 	ns := &Namespace{db: db, defaultLayout: rootLayout}
-	if _, err := ns.Stat(RootIno); errors.Is(err, ErrStale) {
+	if _, err := ns.Stat(RootIno); errors.Is(err, fsmeta.ErrStale) {
 		b := db.NewBatch()
 		defer b.Close()
 		root := &metapb.Inode{Ino: RootIno, Type: metapb.InodeType_DIRECTORY, Mode: 0o755, Nlink: 2,
@@ -90,7 +89,7 @@ func loadInode(r reader, ino uint64) (*metapb.Inode, error) {
 		return nil, err
 	}
 	if v == nil {
-		return nil, fmt.Errorf("inode %d: %w", ino, ErrStale)
+		return nil, fmt.Errorf("inode %d: %w", ino, fsmeta.ErrStale)
 	}
 	in := &metapb.Inode{}
 	if err := proto.Unmarshal(v, in); err != nil {
@@ -114,26 +113,13 @@ func lookup(r reader, dir uint64, name string) (uint64, metapb.InodeType, error)
 		return 0, 0, err
 	}
 	if len(v) != 9 {
-		return 0, 0, fmt.Errorf("%q in directory %d: %w", name, dir, ErrNotFound)
+		return 0, 0, fmt.Errorf("%q in directory %d: %w", name, dir, fsmeta.ErrNotFound)
 	}
 	return binary.BigEndian.Uint64(v), metapb.InodeType(v[8]), nil
 }
 
 func putDirent(b *pebble.Batch, dir uint64, name string, ino uint64, t metapb.InodeType) error {
 	return b.Set(direntKey(dir, name), append(binary.BigEndian.AppendUint64(nil, ino), byte(t)), nil)
-}
-
-// CheckName refuses names no directory may hold.
-func CheckName(name string) error {
-	switch {
-	case name == "" || name == "." || name == "..":
-		return fmt.Errorf("%w: %q", ErrInvalidName, name)
-	case strings.ContainsAny(name, "/\x00"):
-		return fmt.Errorf("%w: %q holds '/' or NUL", ErrInvalidName, name)
-	case len(name) > maxName:
-		return fmt.Errorf("%w: %d bytes, limit %d", ErrNameTooLong, len(name), maxName)
-	}
-	return nil
 }
 
 // write runs fn on a batch the caller's reads see, and commits it. The
@@ -170,7 +156,7 @@ func dirOf(r reader, ino uint64) (*metapb.Inode, error) {
 		return nil, err
 	}
 	if d.Type != metapb.InodeType_DIRECTORY {
-		return nil, fmt.Errorf("inode %d: %w", ino, ErrNotDir)
+		return nil, fmt.Errorf("inode %d: %w", ino, fsmeta.ErrNotDir)
 	}
 	return d, nil
 }
@@ -184,7 +170,7 @@ type Attrs struct {
 
 // make adds a new inode of type t called name in parent.
 func (ns *Namespace) make(parent uint64, name string, t metapb.InodeType, a Attrs, fill func(in, dir *metapb.Inode)) (*metapb.Inode, error) {
-	if err := CheckName(name); err != nil {
+	if err := fsmeta.CheckName(name); err != nil {
 		return nil, err
 	}
 	var out *metapb.Inode
@@ -195,8 +181,8 @@ func (ns *Namespace) make(parent uint64, name string, t metapb.InodeType, a Attr
 			return err
 		}
 		if _, _, err := lookup(r, parent, name); err == nil {
-			return fmt.Errorf("%q in directory %d: %w", name, parent, ErrExist)
-		} else if !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("%q in directory %d: %w", name, parent, fsmeta.ErrExist)
+		} else if !errors.Is(err, fsmeta.ErrNotFound) {
 			return err
 		}
 		ino, err := ns.nextIno(b)
@@ -237,7 +223,7 @@ func (ns *Namespace) Create(parent uint64, name string, a Attrs) (*metapb.Inode,
 // Symlink makes a symbolic link to target.
 func (ns *Namespace) Symlink(parent uint64, name, target string, a Attrs) (*metapb.Inode, error) {
 	if target == "" || len(target) > maxPath {
-		return nil, fmt.Errorf("%w: symlink target of %d bytes", ErrInvalidName, len(target))
+		return nil, fmt.Errorf("%w: symlink target of %d bytes", fsmeta.ErrInvalidName, len(target))
 	}
 	return ns.make(parent, name, metapb.InodeType_SYMLINK, a, func(in, dir *metapb.Inode) {
 		in.Target, in.Size = target, uint64(len(target))
@@ -246,7 +232,7 @@ func (ns *Namespace) Symlink(parent uint64, name, target string, a Attrs) (*meta
 
 // Link adds name in parent as another name of file ino.
 func (ns *Namespace) Link(ino, parent uint64, name string, now int64) (*metapb.Inode, error) {
-	if err := CheckName(name); err != nil {
+	if err := fsmeta.CheckName(name); err != nil {
 		return nil, err
 	}
 	var out *metapb.Inode
@@ -257,14 +243,14 @@ func (ns *Namespace) Link(ino, parent uint64, name string, now int64) (*metapb.I
 			return err
 		}
 		if in.Type == metapb.InodeType_DIRECTORY {
-			return fmt.Errorf("hard link to directory %d: %w", ino, ErrIsDir)
+			return fmt.Errorf("hard link to directory %d: %w", ino, fsmeta.ErrIsDir)
 		}
 		dir, err := dirOf(r, parent)
 		if err != nil {
 			return err
 		}
 		if _, _, err := lookup(r, parent, name); err == nil {
-			return fmt.Errorf("%q in directory %d: %w", name, parent, ErrExist)
+			return fmt.Errorf("%q in directory %d: %w", name, parent, fsmeta.ErrExist)
 		}
 		in.Nlink++
 		in.CtimeNs = now
@@ -304,7 +290,7 @@ func (ns *Namespace) BatchStat(inos []uint64) ([]*metapb.Inode, error) {
 	out := make([]*metapb.Inode, len(inos))
 	for i, ino := range inos {
 		in, err := ns.Stat(ino)
-		if errors.Is(err, ErrStale) {
+		if errors.Is(err, fsmeta.ErrStale) {
 			continue
 		}
 		if err != nil {
@@ -318,7 +304,7 @@ func (ns *Namespace) BatchStat(inos []uint64) ([]*metapb.Inode, error) {
 // Resolve walks an absolute path (symlinks are not followed).
 func (ns *Namespace) Resolve(path string) (*metapb.Inode, error) {
 	if !strings.HasPrefix(path, "/") {
-		return nil, fmt.Errorf("%w: %q is not absolute", ErrInvalidName, path)
+		return nil, fmt.Errorf("%w: %q is not absolute", fsmeta.ErrInvalidName, path)
 	}
 	return ns.ResolveAt(RootIno, path)
 }
@@ -327,15 +313,15 @@ func (ns *Namespace) Resolve(path string) (*metapb.Inode, error) {
 // not followed); an empty path is at itself.
 func (ns *Namespace) ResolveAt(at uint64, path string) (*metapb.Inode, error) {
 	if len(path) > maxPath {
-		return nil, fmt.Errorf("%w: path of %d bytes, limit %d", ErrNameTooLong, len(path), maxPath)
+		return nil, fmt.Errorf("%w: path of %d bytes, limit %d", fsmeta.ErrNameTooLong, len(path), maxPath)
 	}
 	in, err := ns.Stat(at)
 	for _, part := range strings.Split(path, "/") {
 		if err != nil || part == "" {
 			continue
 		}
-		if len(part) > maxName {
-			return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrNameTooLong, len(part), maxName)
+		if len(part) > fsmeta.MaxName {
+			return nil, fmt.Errorf("%w: %d bytes, limit %d", fsmeta.ErrNameTooLong, len(part), fsmeta.MaxName)
 		}
 		in, err = ns.Lookup(in.Ino, part)
 	}
@@ -382,7 +368,7 @@ func (ns *Namespace) Rmdir(parent uint64, name string, now int64) error {
 }
 
 func (ns *Namespace) remove(parent uint64, name string, now int64, wantDir bool) error {
-	if err := CheckName(name); err != nil {
+	if err := fsmeta.CheckName(name); err != nil {
 		return err
 	}
 	return ns.write(func(b *pebble.Batch) error {
@@ -397,10 +383,10 @@ func (ns *Namespace) remove(parent uint64, name string, now int64, wantDir bool)
 		}
 		isDir := t == metapb.InodeType_DIRECTORY
 		if isDir && !wantDir {
-			return fmt.Errorf("unlink %q: %w", name, ErrIsDir)
+			return fmt.Errorf("unlink %q: %w", name, fsmeta.ErrIsDir)
 		}
 		if !isDir && wantDir {
-			return fmt.Errorf("rmdir %q: %w", name, ErrNotDir)
+			return fmt.Errorf("rmdir %q: %w", name, fsmeta.ErrNotDir)
 		}
 		if err := ns.drop(b, dir, name, ino, now); err != nil {
 			return err
@@ -421,7 +407,7 @@ func (ns *Namespace) drop(b *pebble.Batch, dir *metapb.Inode, name string, ino u
 		if empty, err := ns.emptyDir(b, ino); err != nil {
 			return err
 		} else if !empty {
-			return fmt.Errorf("directory %q: %w", name, ErrNotEmpty)
+			return fmt.Errorf("directory %q: %w", name, fsmeta.ErrNotEmpty)
 		}
 		dir.Nlink--
 	}
@@ -470,10 +456,10 @@ func (ns *Namespace) RenameNoReplace(srcParent uint64, srcName string, dstParent
 }
 
 func (ns *Namespace) rename(srcParent uint64, srcName string, dstParent uint64, dstName string, noReplace bool, now int64) error {
-	if err := CheckName(srcName); err != nil {
+	if err := fsmeta.CheckName(srcName); err != nil {
 		return err
 	}
-	if err := CheckName(dstName); err != nil {
+	if err := fsmeta.CheckName(dstName); err != nil {
 		return err
 	}
 	return ns.write(func(b *pebble.Batch) error {
@@ -494,8 +480,8 @@ func (ns *Namespace) rename(srcParent uint64, srcName string, dstParent uint64, 
 		}
 		if noReplace {
 			if _, _, err := lookup(r, dstParent, dstName); err == nil {
-				return fmt.Errorf("rename to %q: %w", dstName, ErrExist)
-			} else if !errors.Is(err, ErrNotFound) {
+				return fmt.Errorf("rename to %q: %w", dstName, fsmeta.ErrExist)
+			} else if !errors.Is(err, fsmeta.ErrNotFound) {
 				return err
 			}
 		}
@@ -507,7 +493,7 @@ func (ns *Namespace) rename(srcParent uint64, srcName string, dstParent uint64, 
 			// Refuse to move a directory under itself: walk up from dst.
 			for d := dst; ; {
 				if d.Ino == ino {
-					return fmt.Errorf("rename %q into %d: %w", srcName, dstParent, ErrLoop)
+					return fmt.Errorf("rename %q into %d: %w", srcName, dstParent, fsmeta.ErrLoop)
 				}
 				if d.Ino == RootIno {
 					break
@@ -523,15 +509,15 @@ func (ns *Namespace) rename(srcParent uint64, srcName string, dstParent uint64, 
 			}
 			oldDir := ot == metapb.InodeType_DIRECTORY
 			if isDir && !oldDir {
-				return fmt.Errorf("rename directory over %q: %w", dstName, ErrNotDir)
+				return fmt.Errorf("rename directory over %q: %w", dstName, fsmeta.ErrNotDir)
 			}
 			if !isDir && oldDir {
-				return fmt.Errorf("rename over directory %q: %w", dstName, ErrIsDir)
+				return fmt.Errorf("rename over directory %q: %w", dstName, fsmeta.ErrIsDir)
 			}
 			if err := ns.drop(b, dst, dstName, old, now); err != nil {
 				return err
 			}
-		} else if !errors.Is(err, ErrNotFound) {
+		} else if !errors.Is(err, fsmeta.ErrNotFound) {
 			return err
 		}
 		if err := b.Delete(direntKey(srcParent, srcName), nil); err != nil {
@@ -591,7 +577,7 @@ func (ns *Namespace) Setattr(ino uint64, s SetAttr, now int64) (*metapb.Inode, e
 		}
 		if s.Size != nil {
 			if in.Type != metapb.InodeType_FILE {
-				return fmt.Errorf("truncate inode %d: %w", ino, ErrIsDir)
+				return fmt.Errorf("truncate inode %d: %w", ino, fsmeta.ErrIsDir)
 			}
 			in.Size = *s.Size
 			in.MtimeNs = now

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/sluicefs/sluice/proto/metapb"
@@ -86,39 +88,39 @@ func TestErrors(t *testing.T) {
 		op   func() error
 		want error
 	}{
-		{"create existing", func() error { _, err := ns.Create(d.Ino, "f", at); return err }, ErrExist},
-		{"mkdir existing", func() error { _, err := ns.Mkdir(d.Ino, "sub", at); return err }, ErrExist},
-		{"lookup missing", func() error { _, err := ns.Lookup(d.Ino, "nope"); return err }, ErrNotFound},
-		{"create in a file", func() error { _, err := ns.Create(f.Ino, "x", at); return err }, ErrNotDir},
-		{"stale inode", func() error { _, err := ns.Stat(9999); return err }, ErrStale},
-		{"name with slash", func() error { _, err := ns.Create(d.Ino, "a/b", at); return err }, ErrInvalidName},
-		{"name with NUL", func() error { _, err := ns.Create(d.Ino, "a\x00b", at); return err }, ErrInvalidName},
-		{"dot", func() error { _, err := ns.Mkdir(d.Ino, ".", at); return err }, ErrInvalidName},
-		{"dot dot", func() error { _, err := ns.Mkdir(d.Ino, "..", at); return err }, ErrInvalidName},
-		{"empty name", func() error { _, err := ns.Create(d.Ino, "", at); return err }, ErrInvalidName},
-		{"256-byte name", func() error { _, err := ns.Create(d.Ino, strings.Repeat("x", 256), at); return err }, ErrNameTooLong},
-		{"long path", func() error { _, err := ns.Resolve("/" + strings.Repeat("a/", 2100)); return err }, ErrNameTooLong},
-		{"relative path", func() error { _, err := ns.Resolve("d/f"); return err }, ErrInvalidName},
-		{"unlink a directory", func() error { return ns.Unlink(d.Ino, "sub", 1) }, ErrIsDir},
-		{"rmdir a file", func() error { return ns.Rmdir(d.Ino, "f", 1) }, ErrNotDir},
-		{"rmdir non-empty", func() error { return ns.Rmdir(d.Ino, "sub", 1) }, ErrNotEmpty},
-		{"unlink missing", func() error { return ns.Unlink(d.Ino, "nope", 1) }, ErrNotFound},
-		{"hard link a directory", func() error { _, err := ns.Link(sub.Ino, RootIno, "l", 1); return err }, ErrIsDir},
-		{"link over existing", func() error { _, err := ns.Link(f.Ino, d.Ino, "sub", 1); return err }, ErrExist},
+		{"create existing", func() error { _, err := ns.Create(d.Ino, "f", at); return err }, fsmeta.ErrExist},
+		{"mkdir existing", func() error { _, err := ns.Mkdir(d.Ino, "sub", at); return err }, fsmeta.ErrExist},
+		{"lookup missing", func() error { _, err := ns.Lookup(d.Ino, "nope"); return err }, fsmeta.ErrNotFound},
+		{"create in a file", func() error { _, err := ns.Create(f.Ino, "x", at); return err }, fsmeta.ErrNotDir},
+		{"stale inode", func() error { _, err := ns.Stat(9999); return err }, fsmeta.ErrStale},
+		{"name with slash", func() error { _, err := ns.Create(d.Ino, "a/b", at); return err }, fsmeta.ErrInvalidName},
+		{"name with NUL", func() error { _, err := ns.Create(d.Ino, "a\x00b", at); return err }, fsmeta.ErrInvalidName},
+		{"dot", func() error { _, err := ns.Mkdir(d.Ino, ".", at); return err }, fsmeta.ErrInvalidName},
+		{"dot dot", func() error { _, err := ns.Mkdir(d.Ino, "..", at); return err }, fsmeta.ErrInvalidName},
+		{"empty name", func() error { _, err := ns.Create(d.Ino, "", at); return err }, fsmeta.ErrInvalidName},
+		{"256-byte name", func() error { _, err := ns.Create(d.Ino, strings.Repeat("x", 256), at); return err }, fsmeta.ErrNameTooLong},
+		{"long path", func() error { _, err := ns.Resolve("/" + strings.Repeat("a/", 2100)); return err }, fsmeta.ErrNameTooLong},
+		{"relative path", func() error { _, err := ns.Resolve("d/f"); return err }, fsmeta.ErrInvalidName},
+		{"unlink a directory", func() error { return ns.Unlink(d.Ino, "sub", 1) }, fsmeta.ErrIsDir},
+		{"rmdir a file", func() error { return ns.Rmdir(d.Ino, "f", 1) }, fsmeta.ErrNotDir},
+		{"rmdir non-empty", func() error { return ns.Rmdir(d.Ino, "sub", 1) }, fsmeta.ErrNotEmpty},
+		{"unlink missing", func() error { return ns.Unlink(d.Ino, "nope", 1) }, fsmeta.ErrNotFound},
+		{"hard link a directory", func() error { _, err := ns.Link(sub.Ino, RootIno, "l", 1); return err }, fsmeta.ErrIsDir},
+		{"link over existing", func() error { _, err := ns.Link(f.Ino, d.Ino, "sub", 1); return err }, fsmeta.ErrExist},
 		{"truncate a directory", func() error {
 			n := uint64(0)
 			_, err := ns.Setattr(d.Ino, SetAttr{Size: &n}, 1)
 			return err
-		}, ErrIsDir},
-		{"move a directory into itself", func() error { return ns.Rename(RootIno, "d", sub.Ino, "d2", 1) }, ErrLoop},
-		{"move a directory onto itself below", func() error { return ns.Rename(d.Ino, "sub", sub.Ino, "x", 1) }, ErrLoop},
-		{"directory over a file", func() error { return ns.Rename(d.Ino, "sub", d.Ino, "f", 1) }, ErrNotDir},
-		{"file over a directory", func() error { return ns.Rename(d.Ino, "f", d.Ino, "sub", 1) }, ErrIsDir},
-		{"rename missing", func() error { return ns.Rename(d.Ino, "nope", d.Ino, "x", 1) }, ErrNotFound},
-		{"rename to a bad name", func() error { return ns.Rename(d.Ino, "f", d.Ino, "..", 1) }, ErrInvalidName},
-		{"rename without replacing, over a directory", func() error { return ns.RenameNoReplace(d.Ino, "f", d.Ino, "sub", 1) }, ErrExist},
-		{"rename without replacing, onto itself", func() error { return ns.RenameNoReplace(d.Ino, "f", d.Ino, "f", 1) }, ErrExist},
-		{"rename without replacing, from nothing", func() error { return ns.RenameNoReplace(d.Ino, "nope", d.Ino, "x", 1) }, ErrNotFound},
+		}, fsmeta.ErrIsDir},
+		{"move a directory into itself", func() error { return ns.Rename(RootIno, "d", sub.Ino, "d2", 1) }, fsmeta.ErrLoop},
+		{"move a directory onto itself below", func() error { return ns.Rename(d.Ino, "sub", sub.Ino, "x", 1) }, fsmeta.ErrLoop},
+		{"directory over a file", func() error { return ns.Rename(d.Ino, "sub", d.Ino, "f", 1) }, fsmeta.ErrNotDir},
+		{"file over a directory", func() error { return ns.Rename(d.Ino, "f", d.Ino, "sub", 1) }, fsmeta.ErrIsDir},
+		{"rename missing", func() error { return ns.Rename(d.Ino, "nope", d.Ino, "x", 1) }, fsmeta.ErrNotFound},
+		{"rename to a bad name", func() error { return ns.Rename(d.Ino, "f", d.Ino, "..", 1) }, fsmeta.ErrInvalidName},
+		{"rename without replacing, over a directory", func() error { return ns.RenameNoReplace(d.Ino, "f", d.Ino, "sub", 1) }, fsmeta.ErrExist},
+		{"rename without replacing, onto itself", func() error { return ns.RenameNoReplace(d.Ino, "f", d.Ino, "f", 1) }, fsmeta.ErrExist},
+		{"rename without replacing, from nothing", func() error { return ns.RenameNoReplace(d.Ino, "nope", d.Ino, "x", 1) }, fsmeta.ErrNotFound},
 	}
 	for _, c := range cases {
 		if err := c.op(); !errors.Is(err, c.want) {
@@ -186,10 +188,10 @@ func TestRename(t *testing.T) {
 	if got := must(ns.Resolve("/b/h"))(t); got.Ino != f.Ino {
 		t.Fatalf("/b/h is %d, want %d", got.Ino, f.Ino)
 	}
-	if _, err := ns.Resolve("/a/g"); !errors.Is(err, ErrNotFound) {
+	if _, err := ns.Resolve("/a/g"); !errors.Is(err, fsmeta.ErrNotFound) {
 		t.Fatalf("old name still there: %v", err)
 	}
-	if _, err := ns.Stat(victim.Ino); !errors.Is(err, ErrStale) {
+	if _, err := ns.Stat(victim.Ino); !errors.Is(err, fsmeta.ErrStale) {
 		t.Fatalf("replaced file still has an inode: %v", err)
 	}
 	if g := must(ns.Garbage(10))(t); len(g) != 1 || g[0].Ino != victim.Ino {
@@ -202,7 +204,7 @@ func TestRename(t *testing.T) {
 	if err := ns.Rename(a.Ino, "sub", b.Ino, "empty", 7000); err != nil {
 		t.Fatalf("directory over an empty directory: %v", err)
 	}
-	if _, err := ns.Stat(empty.Ino); !errors.Is(err, ErrStale) {
+	if _, err := ns.Stat(empty.Ino); !errors.Is(err, fsmeta.ErrStale) {
 		t.Fatal("replaced directory kept its inode")
 	}
 	moved := must(ns.Resolve("/b/empty/deep"))(t)
@@ -218,7 +220,7 @@ func TestRename(t *testing.T) {
 	// Onto a non-empty directory: refused.
 	full := must(ns.Mkdir(RootIno, "full", at))(t)
 	must(ns.Create(full.Ino, "x", at))(t)
-	if err := ns.Rename(b.Ino, "empty", RootIno, "full", 8000); !errors.Is(err, ErrNotEmpty) {
+	if err := ns.Rename(b.Ino, "empty", RootIno, "full", 8000); !errors.Is(err, fsmeta.ErrNotEmpty) {
 		t.Fatalf("directory over a non-empty one: %v", err)
 	}
 }
@@ -284,7 +286,7 @@ func TestRenameNoReplace(t *testing.T) {
 	ns := newNS(t)
 	f := must(ns.Create(RootIno, "f", at))(t)
 	g := must(ns.Create(RootIno, "g", at))(t)
-	if err := ns.RenameNoReplace(RootIno, "f", RootIno, "g", 2000); !errors.Is(err, ErrExist) {
+	if err := ns.RenameNoReplace(RootIno, "f", RootIno, "g", 2000); !errors.Is(err, fsmeta.ErrExist) {
 		t.Fatalf("over g: %v", err)
 	}
 	if a, b := must(ns.Resolve("/f"))(t), must(ns.Resolve("/g"))(t); a.Ino != f.Ino || b.Ino != g.Ino {
@@ -296,7 +298,7 @@ func TestRenameNoReplace(t *testing.T) {
 	if h := must(ns.Resolve("/h"))(t); h.Ino != f.Ino {
 		t.Fatalf("/h is %d, want %d", h.Ino, f.Ino)
 	}
-	if _, err := ns.Resolve("/f"); !errors.Is(err, ErrNotFound) {
+	if _, err := ns.Resolve("/f"); !errors.Is(err, fsmeta.ErrNotFound) {
 		t.Fatalf("/f after the rename: %v", err)
 	}
 }

@@ -5,20 +5,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
 	"github.com/sluicefs/sluice/fabric"
 )
 
-// ReadLease is how long a client's word that it has a file open for
-// reading keeps the file's chunks from the collector. Clients renew well
-// within it (sdk: every ReadLease/3).
-const ReadLease = 30 * time.Second
-
-// Bounds on what clients can make the leader remember: files per
-// KeepOpen request, and leases in all.
-const (
-	MaxKeepOpen   = 1 << 16
-	maxReadLeases = 1 << 20
-)
+// maxReadLeases bounds the leases the leader keeps (fsmeta.MaxKeepOpen
+// bounds one request).
+const maxReadLeases = 1 << 20
 
 // readLeases are the files clients hold open for reading, in memory on
 // the leader, never in the log: a lease is a statement about a live
@@ -32,15 +26,15 @@ type readLeases struct {
 
 // renew extends the leases on inodes until now+ReadLease.
 func (l *readLeases) renew(inodes []uint64, now time.Time) error {
-	if len(inodes) > MaxKeepOpen {
-		return fmt.Errorf("%w: %d files in one request, at most %d", fabric.ErrBadRequest, len(inodes), MaxKeepOpen)
+	if len(inodes) > fsmeta.MaxKeepOpen {
+		return fmt.Errorf("%w: %d files in one request, at most %d", fabric.ErrBadRequest, len(inodes), fsmeta.MaxKeepOpen)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.until == nil {
 		l.until = map[uint64]time.Time{}
 	}
-	if len(l.until)+len(inodes) > maxReadLeases || now.Sub(l.pruned) > ReadLease {
+	if len(l.until)+len(inodes) > maxReadLeases || now.Sub(l.pruned) > fsmeta.ReadLease {
 		for ino, t := range l.until {
 			if !now.Before(t) {
 				delete(l.until, ino)
@@ -48,11 +42,11 @@ func (l *readLeases) renew(inodes []uint64, now time.Time) error {
 		}
 		l.pruned = now
 		if len(l.until)+len(inodes) > maxReadLeases {
-			return fmt.Errorf("%w: %d", ErrTooManyLeases, maxReadLeases)
+			return fmt.Errorf("%w: %d", fsmeta.ErrTooManyLeases, maxReadLeases)
 		}
 	}
 	for _, ino := range inodes {
-		l.until[ino] = now.Add(ReadLease)
+		l.until[ino] = now.Add(fsmeta.ReadLease)
 	}
 	return nil
 }

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
 	"github.com/sluicefs/sluice/fabric"
 )
 
@@ -16,32 +18,32 @@ func TestReadLeases(t *testing.T) {
 	if err := l.renew([]uint64{1, 2}, t0); err != nil {
 		t.Fatal(err)
 	}
-	if !l.held(1, t0.Add(ReadLease-time.Millisecond)) || l.held(1, t0.Add(ReadLease)) || l.held(3, t0) {
+	if !l.held(1, t0.Add(fsmeta.ReadLease-time.Millisecond)) || l.held(1, t0.Add(fsmeta.ReadLease)) || l.held(3, t0) {
 		t.Fatal("a lease outside its term")
 	}
-	if err := l.renew([]uint64{1}, t0.Add(ReadLease/2)); err != nil {
+	if err := l.renew([]uint64{1}, t0.Add(fsmeta.ReadLease/2)); err != nil {
 		t.Fatal(err)
 	}
-	if !l.held(1, t0.Add(ReadLease)) || l.held(2, t0.Add(ReadLease)) {
+	if !l.held(1, t0.Add(fsmeta.ReadLease)) || l.held(2, t0.Add(fsmeta.ReadLease)) {
 		t.Fatal("renewal extended the wrong lease")
 	}
-	if err := l.renew(make([]uint64, MaxKeepOpen+1), t0); !errors.Is(err, fabric.ErrBadRequest) {
+	if err := l.renew(make([]uint64, fsmeta.MaxKeepOpen+1), t0); !errors.Is(err, fabric.ErrBadRequest) {
 		t.Fatalf("an oversized request: %v", err)
 	}
-	many := make([]uint64, MaxKeepOpen)
+	many := make([]uint64, fsmeta.MaxKeepOpen)
 	now := t0.Add(time.Hour) // the earlier leases have lapsed
-	for i := 0; i < maxReadLeases/MaxKeepOpen; i++ {
+	for i := 0; i < maxReadLeases/fsmeta.MaxKeepOpen; i++ {
 		for k := range many {
-			many[k] = uint64(i*MaxKeepOpen + k + 10)
+			many[k] = uint64(i*fsmeta.MaxKeepOpen + k + 10)
 		}
 		if err := l.renew(many, now); err != nil {
 			t.Fatalf("batch %d: %v", i, err)
 		}
 	}
-	if err := l.renew([]uint64{1 << 40}, now); !errors.Is(err, ErrTooManyLeases) {
+	if err := l.renew([]uint64{1 << 40}, now); !errors.Is(err, fsmeta.ErrTooManyLeases) {
 		t.Fatalf("past the bound: %v", err)
 	}
-	if err := l.renew([]uint64{1 << 40}, now.Add(ReadLease)); err != nil {
+	if err := l.renew([]uint64{1 << 40}, now.Add(fsmeta.ReadLease)); err != nil {
 		t.Fatalf("once the leases lapse there is room again: %v", err)
 	}
 }

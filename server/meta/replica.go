@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -22,10 +24,6 @@ import (
 	"github.com/sluicefs/sluice/server/internal/pebbledb"
 	"github.com/sluicefs/sluice/server/raftstore"
 )
-
-// ErrNotLeader: this replica cannot take the request; the error names the
-// leader when it knows one.
-var ErrNotLeader = fabric.NewError(fabric.FirstAppCode+109, "meta: not the leader")
 
 // ReplicaConfig configures one replica of the metadata Raft group.
 type ReplicaConfig struct {
@@ -120,7 +118,7 @@ func (r *Replica) IsLeader() bool { return r.raft.State() == raft.Leader }
 
 func (r *Replica) notLeader() error {
 	addr, id := r.raft.LeaderWithID()
-	return fmt.Errorf("%w (leader %s at %s)", ErrNotLeader, id, addr)
+	return fmt.Errorf("%w (leader %s at %s)", fsmeta.ErrNotLeader, id, addr)
 }
 
 // Do applies a mutation through the Raft log and returns its result. Only

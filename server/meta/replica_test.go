@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
 	"github.com/sluicefs/sluice/proto/metapb"
 )
 
@@ -216,7 +218,7 @@ func TestReplicatedNamespace(t *testing.T) {
 	}
 	for _, x := range rs {
 		if !x.IsLeader() {
-			if err := x.Read(context.Background(), func(*Namespace) error { return nil }); !errors.Is(err, ErrNotLeader) {
+			if err := x.Read(context.Background(), func(*Namespace) error { return nil }); !errors.Is(err, fsmeta.ErrNotLeader) {
 				t.Fatalf("read on a follower: %v, want ErrNotLeader", err)
 			}
 		}

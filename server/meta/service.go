@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -48,22 +50,22 @@ func (s *Service) ReportSpace(space func() map[uint32]*mgmtdpb.TargetSpace) { s.
 // refused path proposes nothing. One trailing "/" is allowed.
 func where(at uint64, p string) (uint64, string, error) {
 	if len(p) > maxPath {
-		return 0, "", fmt.Errorf("%w: path of %d bytes, limit %d", ErrNameTooLong, len(p), maxPath)
+		return 0, "", fmt.Errorf("%w: path of %d bytes, limit %d", fsmeta.ErrNameTooLong, len(p), maxPath)
 	}
 	rest := p
 	if at == 0 {
 		rest = strings.TrimPrefix(p, "/")
 	} else if strings.HasPrefix(p, "/") {
-		return 0, "", fmt.Errorf("%w: absolute path %q relative to inode %d", ErrInvalidName, p, at)
+		return 0, "", fmt.Errorf("%w: absolute path %q relative to inode %d", fsmeta.ErrInvalidName, p, at)
 	}
 	rest = strings.TrimSuffix(rest, "/")
 	if rest == "" {
 		if p != "" && p != "/" {
-			return 0, "", fmt.Errorf("%w: path %q holds an empty name", ErrInvalidName, p)
+			return 0, "", fmt.Errorf("%w: path %q holds an empty name", fsmeta.ErrInvalidName, p)
 		}
 	} else {
 		for name := range strings.SplitSeq(rest, "/") {
-			if err := CheckName(name); err != nil {
+			if err := fsmeta.CheckName(name); err != nil {
 				return 0, "", fmt.Errorf("path %q: %w", p, err)
 			}
 		}
@@ -81,7 +83,7 @@ func split(at uint64, p string) (base uint64, dir, name string, err error) {
 		return 0, "", "", err
 	}
 	if clean == "/" || clean == "" {
-		return 0, "", "", fmt.Errorf("%w: %q names no entry", ErrInvalidName, p)
+		return 0, "", "", fmt.Errorf("%w: %q names no entry", fsmeta.ErrInvalidName, p)
 	}
 	dir, name = path.Split(clean)
 	return base, dir, name, nil
@@ -147,7 +149,7 @@ func (s *Service) BatchStat(ctx context.Context, req *metapb.BatchStatRequest) (
 				return fmt.Errorf("path %d of the batch: %w", i, err)
 			}
 			in, err := ns.Resolve(clean)
-			if errors.Is(err, ErrNotFound) || errors.Is(err, ErrNotDir) {
+			if errors.Is(err, fsmeta.ErrNotFound) || errors.Is(err, fsmeta.ErrNotDir) {
 				in, err = &metapb.Inode{}, nil
 			}
 			if err != nil {
@@ -212,7 +214,7 @@ func (s *Service) Create(ctx context.Context, req *metapb.MakeRequest) (*metapb.
 
 func (s *Service) Symlink(ctx context.Context, req *metapb.SymlinkRequest) (*metapb.Inode, error) {
 	if strings.IndexByte(req.Target, 0) >= 0 {
-		return nil, toStatus(fmt.Errorf("%w: symlink target %q holds NUL", ErrInvalidName, req.Target))
+		return nil, toStatus(fmt.Errorf("%w: symlink target %q holds NUL", fsmeta.ErrInvalidName, req.Target))
 	}
 	parent, name, err := s.resolveParent(ctx, req.At, req.Path)
 	if err != nil {
@@ -271,7 +273,7 @@ func (s *Service) Status(ctx context.Context, req *metapb.StatusRequest) (*metap
 // leader collects, so only the leader takes them.
 func (s *Service) KeepOpen(ctx context.Context, req *metapb.KeepOpenRequest) (*metapb.Empty, error) {
 	if !s.r.IsLeader() {
-		return nil, toStatus(ErrNotLeader)
+		return nil, toStatus(fsmeta.ErrNotLeader)
 	}
 	return &metapb.Empty{}, toStatus(s.r.readers.renew(req.Inodes, time.Now()))
 }
@@ -286,7 +288,7 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 		return nil, toStatus(err)
 	}
 	if reply.Inode.Type != metapb.InodeType_FILE {
-		return nil, toStatus(fmt.Errorf("open %s: %w", req.Path, ErrIsDir))
+		return nil, toStatus(fmt.Errorf("open %s: %w", req.Path, fsmeta.ErrIsDir))
 	}
 	m, err := s.r.ClusterMap()
 	if err != nil {
@@ -400,17 +402,17 @@ func toStatus(err error) error {
 	}
 	code := codes.Internal
 	switch {
-	case errors.Is(err, ErrNotFound), errors.Is(err, ErrStale):
+	case errors.Is(err, fsmeta.ErrNotFound), errors.Is(err, fsmeta.ErrStale):
 		code = codes.NotFound
-	case errors.Is(err, ErrExist):
+	case errors.Is(err, fsmeta.ErrExist):
 		code = codes.AlreadyExists
-	case errors.Is(err, ErrInvalidName), errors.Is(err, ErrNameTooLong), errors.Is(err, fabric.ErrBadRequest):
+	case errors.Is(err, fsmeta.ErrInvalidName), errors.Is(err, fsmeta.ErrNameTooLong), errors.Is(err, fabric.ErrBadRequest):
 		code = codes.InvalidArgument
-	case errors.Is(err, ErrNotDir), errors.Is(err, ErrIsDir), errors.Is(err, ErrNotEmpty), errors.Is(err, ErrLoop):
+	case errors.Is(err, fsmeta.ErrNotDir), errors.Is(err, fsmeta.ErrIsDir), errors.Is(err, fsmeta.ErrNotEmpty), errors.Is(err, fsmeta.ErrLoop):
 		code = codes.FailedPrecondition
-	case errors.Is(err, ErrNotLeader):
+	case errors.Is(err, fsmeta.ErrNotLeader):
 		code = codes.Unavailable
-	case errors.Is(err, ErrTooManyLeases):
+	case errors.Is(err, fsmeta.ErrTooManyLeases):
 		code = codes.ResourceExhausted
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
@@ -420,30 +422,9 @@ func toStatus(err error) error {
 	// can tell ENOTEMPTY from ENOTDIR where the gRPC code is the same.
 	var fe *fabric.Error
 	if errors.As(err, &fe) {
-		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: ErrorDomain, Reason: strconv.Itoa(int(fe.Code))}); derr == nil {
+		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Domain: fsmeta.ErrorDomain, Reason: strconv.Itoa(int(fe.Code))}); derr == nil {
 			st = d
 		}
 	}
 	return st.Err()
-}
-
-// ErrorDomain marks the gRPC error details that carry a namespace error's
-// fabric code (ErrorInfo.Reason, in decimal); see ErrorOf.
-const ErrorDomain = "meta.sluice"
-
-// CodeOf returns the namespace error a gRPC error carries (ErrNotEmpty and
-// the others, matching with errors.Is), or nil.
-func ErrorOf(err error) error {
-	st, ok := status.FromError(err)
-	if !ok {
-		return nil
-	}
-	for _, d := range st.Details() {
-		if info, ok := d.(*errdetails.ErrorInfo); ok && info.Domain == ErrorDomain {
-			if c, err := strconv.Atoi(info.Reason); err == nil {
-				return fabric.RemoteError(fabric.Code(c), st.Message())
-			}
-		}
-	}
-	return nil
 }

@@ -14,14 +14,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/proto/metapb"
-	"github.com/sluicefs/sluice/server/rpc"
+	"github.com/sluicefs/sluice/server/gateway"
 )
 
 const token = "test-cluster-token"
@@ -48,7 +51,7 @@ func apiServerWithMetrics(t *testing.T) (metapb.MetaClient, *httptest.Server, *M
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	unary, stream := rpc.TokenAuth(token)
+	unary, stream := auth.TokenAuth(token)
 	metrics := NewMetrics(r)
 	gs := grpc.NewServer(grpc.ChainUnaryInterceptor(metrics.Interceptor(), unary), grpc.StreamInterceptor(stream))
 	metapb.RegisterMetaServer(gs, NewService(r))
@@ -58,7 +61,7 @@ func apiServerWithMetrics(t *testing.T) (metapb.MetaClient, *httptest.Server, *M
 	}
 	go gs.Serve(ln)
 	t.Cleanup(gs.Stop)
-	gw, err := rpc.Gateway(context.Background(), ln.Addr().String(), nil, metapb.RegisterMetaHandlerFromEndpoint)
+	gw, err := gateway.Gateway(context.Background(), ln.Addr().String(), nil, metapb.RegisterMetaHandlerFromEndpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,17 +256,17 @@ func TestSetattrLinkStatfs(t *testing.T) {
 	if err != nil || in.Mode != 0o4640 || in.Uid != 9 || in.Gid != 8 || in.Size != 12345 || in.MtimeNs != mtime {
 		t.Fatalf("setattr: %v %v", in, err)
 	}
-	if _, err := c.Setattr(ctx, &metapb.SetattrRequest{Path: "/d", Size: &size}); !errors.Is(ErrorOf(err), ErrIsDir) {
+	if _, err := c.Setattr(ctx, &metapb.SetattrRequest{Path: "/d", Size: &size}); !errors.Is(fsmeta.ErrorOf(err), fsmeta.ErrIsDir) {
 		t.Fatalf("truncate of a directory: %v", err)
 	}
 	in, err = c.Link(ctx, &metapb.LinkRequest{Path: "/d/f", NewAt: RootIno, NewPath: "g"})
 	if err != nil || in.Ino != f.Ino || in.Nlink != 2 {
 		t.Fatalf("link: %v %v", in, err)
 	}
-	if _, err := c.Link(ctx, &metapb.LinkRequest{Path: "/d", NewPath: "/e"}); !errors.Is(ErrorOf(err), ErrIsDir) {
+	if _, err := c.Link(ctx, &metapb.LinkRequest{Path: "/d", NewPath: "/e"}); !errors.Is(fsmeta.ErrorOf(err), fsmeta.ErrIsDir) {
 		t.Fatalf("hard link to a directory: %v", err)
 	}
-	if _, err := c.Link(ctx, &metapb.LinkRequest{Path: "/d/f", NewPath: "/g"}); !errors.Is(ErrorOf(err), ErrExist) {
+	if _, err := c.Link(ctx, &metapb.LinkRequest{Path: "/d/f", NewPath: "/g"}); !errors.Is(fsmeta.ErrorOf(err), fsmeta.ErrExist) {
 		t.Fatalf("link over an existing name: %v", err)
 	}
 	if _, err := c.Unlink(ctx, &metapb.PathRequest{Path: "/d/f"}); err != nil {
@@ -289,18 +292,18 @@ func TestSetattrLinkStatfs(t *testing.T) {
 			c.Create(ctx, &metapb.MakeRequest{Path: "/d/x"})
 			_, err := c.Rmdir(ctx, &metapb.PathRequest{Path: "/d"})
 			return err
-		}(), ErrNotEmpty},
+		}(), fsmeta.ErrNotEmpty},
 		{"long name", func() error {
 			_, err := c.Mkdir(ctx, &metapb.MakeRequest{At: d.Ino, Path: strings.Repeat("n", 256)})
 			return err
-		}(), ErrNameTooLong},
-		{"rmdir of a file", func() error { _, err := c.Rmdir(ctx, &metapb.PathRequest{At: d.Ino, Path: "x"}); return err }(), ErrNotDir},
-		{"escape upwards", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: d.Ino, Path: "../g"}); return err }(), ErrInvalidName},
-		{"missing", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: d.Ino, Path: "nope"}); return err }(), ErrNotFound},
-		{"stale inode", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: 999}); return err }(), ErrStale},
+		}(), fsmeta.ErrNameTooLong},
+		{"rmdir of a file", func() error { _, err := c.Rmdir(ctx, &metapb.PathRequest{At: d.Ino, Path: "x"}); return err }(), fsmeta.ErrNotDir},
+		{"escape upwards", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: d.Ino, Path: "../g"}); return err }(), fsmeta.ErrInvalidName},
+		{"missing", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: d.Ino, Path: "nope"}); return err }(), fsmeta.ErrNotFound},
+		{"stale inode", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: 999}); return err }(), fsmeta.ErrStale},
 	}
 	for _, tc := range errCases {
-		if !errors.Is(ErrorOf(tc.err), tc.want) {
+		if !errors.Is(fsmeta.ErrorOf(tc.err), tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, tc.err, tc.want)
 		}
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/sluicefs/sluice/fsmeta"
+
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
@@ -31,7 +33,7 @@ func (ns *Namespace) OpenSession(ino, client, session uint64, now int64) error {
 			return err
 		}
 		if in.Type != metapb.InodeType_FILE {
-			return fmt.Errorf("write session on inode %d: %w", ino, ErrIsDir)
+			return fmt.Errorf("write session on inode %d: %w", ino, fsmeta.ErrIsDir)
 		}
 		v := binary.BigEndian.AppendUint64(nil, client)
 		return b.Set(sessionRecordKey(ino, client, session), binary.BigEndian.AppendUint64(v, uint64(now)), nil)

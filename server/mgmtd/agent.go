@@ -9,7 +9,7 @@ import (
 
 	"github.com/sluicefs/sluice/internal/tick"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/storage"
+	"github.com/sluicefs/sluice/routing"
 )
 
 // Agent is a storage node's side of mgmtd: it registers the node and its
@@ -22,11 +22,10 @@ type Agent struct {
 	targets  []uint32
 	interval time.Duration
 	log      *slog.Logger
-	ctx      context.Context // carries the token
 	// Space, if set, reports the targets' disks with every heartbeat.
 	Space func() []*mgmtdpb.TargetSpace
 
-	lease *lease // shared by RebindAgent's copies
+	lease lease
 }
 
 type lease struct {
@@ -35,36 +34,28 @@ type lease struct {
 	mapVer uint64
 }
 
-// NewAgent registers node with targets and returns its agent. ctx carries
-// the cluster token for every call the agent makes.
+// NewAgent registers node with targets (a restart sends them back to be
+// resynced) and returns its agent. client's connection carries the cluster
+// token (auth.Credentials).
 func NewAgent(ctx context.Context, client mgmtdpb.MgmtdClient, node *mgmtdpb.Node, targets []uint32, interval time.Duration, log *slog.Logger) (*Agent, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &Agent{client: client, node: node, targets: targets, interval: interval, log: log, ctx: ctx, lease: &lease{}}
+	a := &Agent{client: client, node: node, targets: targets, interval: interval, log: log}
 	if _, err := client.Register(ctx, &mgmtdpb.RegisterNode{Node: node, Targets: targets}); err != nil {
 		return nil, err
 	}
 	return a, nil
 }
 
-// RebindAgent returns a's agent with ctx (carrying the token) for its
-// later calls: registration may use a short-lived context, heartbeats the
-// node's own.
-func RebindAgent(a *Agent, ctx context.Context) *Agent {
-	b := *a
-	b.ctx = ctx
-	return &b
-}
-
 // Run heartbeats now and then every interval until ctx ends.
 func (a *Agent) Run(ctx context.Context) {
-	a.heartbeat()
-	tick.Every(ctx, a.interval, a.heartbeat)
+	a.heartbeat(ctx)
+	tick.Every(ctx, a.interval, func() { a.heartbeat(ctx) })
 }
 
-func (a *Agent) heartbeat() {
-	hctx, cancel := context.WithTimeout(a.ctx, 2*a.interval) // a hung call must not outlast the lease
+func (a *Agent) heartbeat(ctx context.Context) {
+	hctx, cancel := context.WithTimeout(ctx, 2*a.interval) // a hung call must not outlast the lease
 	defer cancel()
 	req := &mgmtdpb.HeartbeatRequest{Node: a.node.Id, Targets: a.targets}
 	if a.Space != nil {
@@ -96,8 +87,8 @@ func (a *Agent) Lease() (until time.Time, mapVersion uint64) {
 
 // OnSynced reports that this node brought target in sync in chain, at the
 // chain's version chainVer.
-func (a *Agent) OnSynced(chain storage.ChainID, target storage.TargetID, chainVer uint64) error {
-	ctx, cancel := context.WithTimeout(a.ctx, 10*a.interval)
+func (a *Agent) OnSynced(chain routing.ChainID, target routing.TargetID, chainVer uint64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*a.interval)
 	defer cancel()
 	if _, err := a.client.ReportSynced(ctx, &mgmtdpb.TargetSynced{Chain: uint32(chain), Target: uint32(target), ChainVer: chainVer}); err != nil {
 		return fmt.Errorf("report target %d synced in chain %d: %w", target, chain, err)

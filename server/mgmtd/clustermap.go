@@ -10,14 +10,15 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/sluicefs/sluice/errcode"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/storage"
+	"github.com/sluicefs/sluice/routing"
 )
 
 // ErrBadCommand: a command the map cannot apply (unknown target, table
 // exists, not enough nodes, ...).
-var ErrBadCommand = fabric.NewError(fabric.FirstAppCode+200, "mgmtd: command refused")
+var ErrBadCommand = fabric.NewError(errcode.BadCommand, "mgmtd: command refused")
 
 // mapKey holds the whole map, one record: small (nodes, targets and chains
 // number in the thousands) and changed rarely.
@@ -151,7 +152,7 @@ func registerNode(m *mgmtdpb.ClusterMap, r *mgmtdpb.RegisterNode) error {
 		// comes back with its first heartbeat; one still in its chains
 		// (restarted within its lease) goes back to be resynced.
 		if t.State != mgmtdpb.TargetState_OFFLINE {
-			eachChain(m, t, func(c *storage.Chain) bool { return c.Restart(storage.TargetID(id)) })
+			eachChain(m, t, func(c *routing.Chain) bool { return c.Restart(routing.TargetID(id)) })
 			settleTarget(m, t)
 		}
 	}
@@ -160,20 +161,15 @@ func registerNode(m *mgmtdpb.ClusterMap, r *mgmtdpb.RegisterNode) error {
 
 // eachChain runs fn on each of t's chains, as storage sees a chain, and
 // writes back the ones fn changed.
-func eachChain(m *mgmtdpb.ClusterMap, t *mgmtdpb.Target, fn func(c *storage.Chain) bool) {
+func eachChain(m *mgmtdpb.ClusterMap, t *mgmtdpb.Target, fn func(c *routing.Chain) bool) {
 	for _, cid := range t.Chains {
 		pc := chain(m, cid)
 		if pc == nil {
 			continue
 		}
-		c := chainFromProto(pc)
-		if !fn(&c) {
-			continue
-		}
-		pc.Version, pc.Targets, pc.States = c.Version, pc.Targets[:0], pc.States[:0]
-		for i, id := range c.Targets {
-			pc.Targets = append(pc.Targets, uint32(id))
-			pc.States = append(pc.States, stateToProto[c.States[i]])
+		c := routing.ChainFromMap(pc)
+		if fn(&c) {
+			c.Store(pc)
 		}
 	}
 }
@@ -183,32 +179,10 @@ func eachChain(m *mgmtdpb.ClusterMap, t *mgmtdpb.Target, fn func(c *storage.Chai
 func settleTarget(m *mgmtdpb.ClusterMap, t *mgmtdpb.Target) {
 	t.State = mgmtdpb.TargetState_SERVING
 	for _, cid := range t.Chains {
-		if c := chain(m, cid); c != nil && chainFromProto(c).State(storage.TargetID(t.Id)) == storage.Syncing {
+		if c := chain(m, cid); c != nil && routing.ChainFromMap(c).State(routing.TargetID(t.Id)) == routing.Syncing {
 			t.State = mgmtdpb.TargetState_SYNCING
 		}
 	}
-}
-
-var (
-	stateFromProto = map[mgmtdpb.TargetState]storage.TargetState{
-		mgmtdpb.TargetState_SERVING: storage.Serving, mgmtdpb.TargetState_SYNCING: storage.Syncing, mgmtdpb.TargetState_OFFLINE: storage.Offline,
-	}
-	stateToProto = map[storage.TargetState]mgmtdpb.TargetState{
-		storage.Serving: mgmtdpb.TargetState_SERVING, storage.Syncing: mgmtdpb.TargetState_SYNCING, storage.Offline: mgmtdpb.TargetState_OFFLINE,
-	}
-)
-
-func chainFromProto(c *mgmtdpb.Chain) storage.Chain {
-	ch := storage.Chain{ID: storage.ChainID(c.Id), Version: c.Version}
-	for i, t := range c.Targets {
-		st := storage.Serving // a map from before per-chain states
-		if i < len(c.States) {
-			st = stateFromProto[c.States[i]]
-		}
-		ch.Targets = append(ch.Targets, storage.TargetID(t))
-		ch.States = append(ch.States, st)
-	}
-	return ch
 }
 
 func createTable(m *mgmtdpb.ClusterMap, r *mgmtdpb.CreateChainTable) error {
@@ -258,7 +232,7 @@ func targetOffline(m *mgmtdpb.ClusterMap, id uint32) error {
 		return nil
 	}
 	t.State = mgmtdpb.TargetState_OFFLINE
-	eachChain(m, t, func(c *storage.Chain) bool { return c.Leave(storage.TargetID(id)) })
+	eachChain(m, t, func(c *routing.Chain) bool { return c.Leave(routing.TargetID(id)) })
 	return nil
 }
 
@@ -267,7 +241,7 @@ func targetRejoin(m *mgmtdpb.ClusterMap, id uint32) error {
 	if t == nil || t.State != mgmtdpb.TargetState_OFFLINE {
 		return fmt.Errorf("%w: target %d is not offline", ErrBadCommand, id)
 	}
-	eachChain(m, t, func(c *storage.Chain) bool { c.Return(storage.TargetID(id)); return true })
+	eachChain(m, t, func(c *routing.Chain) bool { c.Return(routing.TargetID(id)); return true })
 	settleTarget(m, t)
 	return nil
 }
@@ -282,8 +256,8 @@ func targetSynced(m *mgmtdpb.ClusterMap, r *mgmtdpb.TargetSynced) error {
 		return fmt.Errorf("%w: chain %d is at version %d, the resync of target %d ran at %d", ErrBadCommand, r.Chain, c.Version, r.Target, r.ChainVer)
 	}
 	ok := false
-	eachChain(m, &mgmtdpb.Target{Chains: []uint32{r.Chain}}, func(ch *storage.Chain) bool {
-		ok = ch.Synced(storage.TargetID(r.Target))
+	eachChain(m, &mgmtdpb.Target{Chains: []uint32{r.Chain}}, func(ch *routing.Chain) bool {
+		ok = ch.Synced(routing.TargetID(r.Target))
 		return ok
 	})
 	if !ok {
@@ -300,23 +274,6 @@ func targetFull(m *mgmtdpb.ClusterMap, r *mgmtdpb.TargetFull) error {
 	}
 	t.Full = r.Full
 	return nil
-}
-
-// Routing converts the map into what storage nodes and clients route by.
-func Routing(m *mgmtdpb.ClusterMap) *storage.Routing {
-	r := &storage.Routing{Version: m.Version, Chains: map[storage.ChainID]storage.Chain{}, Targets: map[storage.TargetID]storage.Target{}}
-	addr := map[string]fabric.NodeID{}
-	for _, n := range m.Nodes {
-		addr[n.Id] = fabric.NodeID(n.Address)
-	}
-	for _, t := range m.Targets {
-		r.Targets[storage.TargetID(t.Id)] = storage.Target{ID: storage.TargetID(t.Id), Node: addr[t.Node], State: stateFromProto[t.State], Full: t.Full}
-	}
-	for _, c := range m.Chains {
-		ch := chainFromProto(c)
-		r.Chains[ch.ID] = ch
-	}
-	return r
 }
 
 // Place chooses replicas targets, on distinct nodes, for each of chains

@@ -9,7 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/storage"
+	"github.com/sluicefs/sluice/routing"
 )
 
 func TestPlacementBalanced(t *testing.T) {
@@ -101,8 +101,8 @@ func TestTransitions(t *testing.T) {
 	if state(2) != mgmtdpb.TargetState_OFFLINE || slices.Contains(m.Chains[0].Targets, 2) || !slices.Equal(versions(), []uint64{2, 2}) {
 		t.Fatalf("after offline: %v", m)
 	}
-	r := Routing(m)
-	if r.Targets[2].State != storage.Offline || len(r.Chains[1].Targets) != 2 || r.Targets[1].Node != "10.0.0.1:7410" {
+	r := routing.FromMap(m)
+	if r.Targets[2].State != routing.Offline || len(r.Chains[1].Targets) != 2 || r.Targets[1].Node != "10.0.0.1:7410" {
 		t.Fatalf("routing %+v", r)
 	}
 	apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_TargetRejoin{TargetRejoin: 2}})
@@ -156,15 +156,15 @@ func recover(t *testing.T, c *ClusterMap) {
 	t.Helper()
 	for round := 0; ; round++ {
 		m, _ := c.Map()
-		r := Routing(m)
+		r := routing.FromMap(m)
 		progress, done := false, true
 		for _, ch := range r.Chains {
 			for i := 1; i < len(ch.Targets); i++ {
-				if ch.States[i] != storage.Syncing {
+				if ch.States[i] != routing.Syncing {
 					continue
 				}
 				done = false
-				if ch.States[i-1] == storage.Serving {
+				if ch.States[i-1] == routing.Serving {
 					apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_TargetSynced{TargetSynced: &mgmtdpb.TargetSynced{
 						Chain: uint32(ch.ID), Target: uint32(ch.Targets[i]), ChainVer: ch.Version}}})
 					progress = true
@@ -172,7 +172,7 @@ func recover(t *testing.T, c *ClusterMap) {
 				}
 			}
 			for i, st := range ch.States {
-				if st != storage.Serving {
+				if st != routing.Serving {
 					done = false
 					if i == 0 {
 						t.Fatalf("chain %d's head %d is %v", ch.ID, ch.Targets[0], st)
@@ -202,11 +202,11 @@ func TestOverlappingFaultsRecover(t *testing.T) {
 			apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_TargetOffline{TargetOffline: id}})
 		}
 		m, _ := c.Map()
-		for _, ch := range Routing(m).Chains {
+		for _, ch := range routing.FromMap(m).Chains {
 			if len(ch.Targets) == 0 {
 				t.Fatalf("chain %d lost every replica", ch.ID)
 			}
-			if len(ch.Serving()) == 0 && ch.State(ch.Targets[0]) != storage.Offline {
+			if len(ch.Serving()) == 0 && ch.State(ch.Targets[0]) != routing.Offline {
 				t.Fatalf("chain %d: no serving replica and none kept: %v %v", ch.ID, ch.Targets, ch.States)
 			}
 		}
@@ -240,12 +240,12 @@ func TestRestartGoesBackToSync(t *testing.T) {
 	}
 	register(1)
 	m, _ := c.Map()
-	r := Routing(m)
-	if r.Targets[1].State != storage.Syncing {
+	r := routing.FromMap(m)
+	if r.Targets[1].State != routing.Syncing {
 		t.Fatalf("restarted target is %v", r.Targets[1].State)
 	}
 	for _, ch := range r.Chains {
-		if st := ch.State(1); st != 0 && (st != storage.Syncing || ch.Tail() != 1) {
+		if st := ch.State(1); st != 0 && (st != routing.Syncing || ch.Tail() != 1) {
 			t.Fatalf("chain %d: %v %v", ch.ID, ch.Targets, ch.States)
 		}
 	}
@@ -268,8 +268,8 @@ func TestRestartGoesBackToSync(t *testing.T) {
 	apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_TargetRejoin{TargetRejoin: 2}})
 	register(1)
 	m, _ = c.Map()
-	for _, ch := range Routing(m).Chains {
-		if len(ch.Serving()) == 0 && ch.State(ch.Targets[0]) != storage.Offline {
+	for _, ch := range routing.FromMap(m).Chains {
+		if len(ch.Serving()) == 0 && ch.State(ch.Targets[0]) != routing.Offline {
 			t.Fatalf("chain %d has nobody serving after a restart: %v %v", ch.ID, ch.Targets, ch.States)
 		}
 	}

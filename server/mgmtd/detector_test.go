@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/server/mgmtd"
 )
 
@@ -87,7 +88,7 @@ func TestDetector(t *testing.T) {
 		t.Fatal(err)
 	}
 	m = wait("target 2 serving", func(m *mgmtdpb.ClusterMap) bool { return state(m, 2) == mgmtdpb.TargetState_SERVING })
-	if r := mgmtd.Routing(m); len(r.Chains[1].Targets) != 3 || r.Chains[1].Version != 4 {
+	if r := routing.FromMap(m); len(r.Chains[1].Targets) != 3 || r.Chains[1].Version != 4 {
 		t.Fatalf("routing %+v", r.Chains)
 	}
 }

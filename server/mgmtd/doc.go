@@ -8,7 +8,7 @@
 // A target's state is per chain (Chain.states, parallel to its targets),
 // and the target's own state sums them up: offline while its lease has
 // lapsed, else syncing if it catches up in any chain, else serving.
-// Transitions in one chain (storage.Chain's Leave, Return, Restart, Synced):
+// Transitions in one chain (routing.Chain's Leave, Return, Restart, Synced):
 //
 //	from      to                    when
 //	serving   (leaves the chain)    its lease lapses, and another replica serves

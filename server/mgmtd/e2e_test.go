@@ -8,16 +8,22 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/auth"
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/fabric/faulty"
 	"github.com/sluicefs/sluice/fabric/local"
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/routing"
+	"github.com/sluicefs/sluice/server/chunkstore"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
-	"github.com/sluicefs/sluice/server/rpc"
 	"github.com/sluicefs/sluice/server/storage"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestStorageUnderMgmtd: three storage nodes run with routing from mgmtd's
@@ -30,14 +36,19 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	r := soloReplica(t, &metapb.Layout{ChainTable: 1, ChunkSize: 64 << 10, Stripe: 1})
-	conn := serveMgmtd(ctx, t, r)
+	// The nodes' connection brings the token with every call, as a storage
+	// process's does.
+	conn, err := grpc.NewClient(serveMgmtd(ctx, t, r).Target(), grpc.WithTransportCredentials(insecure.NewCredentials()), auth.Credentials("tok"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
 	mc := mgmtdpb.NewMgmtdClient(conn)
-	actx := rpc.WithToken(ctx, "tok")
 
 	fnet := faulty.New(local.NewNetwork(), 1)
 	type node struct {
 		ep     fabric.Endpoint
-		eng    *storage.Engine
+		eng    *chunkstore.Engine
 		agent  *mgmtd.Agent
 		cancel context.CancelFunc
 	}
@@ -48,12 +59,12 @@ func TestStorageUnderMgmtd(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer ep.Close()
-		eng, err := storage.OpenEngine(storage.EngineConfig{Dir: t.TempDir()})
+		eng, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer eng.Close()
-		a, err := mgmtd.NewAgent(actx, mc, &mgmtdpb.Node{Id: fmt.Sprint("n", i), Address: string(ep.ID())}, []uint32{i}, 50*time.Millisecond, quiet)
+		a, err := mgmtd.NewAgent(ctx, mc, &mgmtdpb.Node{Id: fmt.Sprint("n", i), Address: string(ep.ID())}, []uint32{i}, 50*time.Millisecond, quiet)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,19 +72,19 @@ func TestStorageUnderMgmtd(t *testing.T) {
 		go a.Run(nctx)
 		nodes[i] = &node{ep: ep, eng: eng, agent: a, cancel: ncancel}
 	}
-	if _, err := mc.CreateTable(actx, &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 1}); err != nil {
+	if _, err := mc.CreateTable(ctx, &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 1}); err != nil {
 		t.Fatal(err)
 	}
-	routing, err := mgmtd.WatchRouting(actx, mc, quiet)
+	rt, err := routing.Watch(ctx, mc, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer routing.Close()
-	for routing.Routing().Chains[1].Version == 0 {
-		<-routing.Changed()
+	defer rt.Close()
+	for rt.Routing().Chains[1].Version == 0 {
+		<-rt.Changed()
 	}
 	for i, n := range nodes {
-		sn, err := storage.NewNode(storage.NodeConfig{Endpoint: n.ep, Routing: routing, Targets: map[storage.TargetID]*storage.Engine{storage.TargetID(i): n.eng},
+		sn, err := storage.NewNode(storage.NodeConfig{Endpoint: n.ep, Routing: rt, Targets: map[routing.TargetID]*chunkstore.Engine{routing.TargetID(i): n.eng},
 			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: n.agent.OnSynced})
 		if err != nil {
 			t.Fatal(err)
@@ -84,12 +95,12 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	defer cep.Close()
 	buf := make([]byte, 1<<20)
 	mr, _ := cep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
-	cl := storage.NewClient(cep, routing)
+	cl := chunkio.NewClient(cep, rt)
 	cl.AttemptTimeout = 500 * time.Millisecond
 	write := func(i int) {
 		data := fabrictest.RandBytes(uint64(i), 32<<10)
 		copy(buf, data)
-		if _, err := cl.WriteRegistered(ctx, 1, storage.ChunkID{Inode: 9, Index: uint32(i % 5)}, 0, true, mr, 0, buf[:len(data)]); err != nil {
+		if _, err := cl.WriteRegistered(ctx, 1, chunkio.ID{Inode: 9, Index: uint32(i % 5)}, 0, true, mr, 0, buf[:len(data)]); err != nil {
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
@@ -102,19 +113,19 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	for i := 20; i < 40; i++ {
 		write(i)
 	}
-	if routing.Routing().Targets[2].State != storage.Offline {
-		t.Fatalf("target 2 is %v after its lease lapsed", routing.Routing().Targets[2].State)
+	if rt.Routing().Targets[2].State != routing.Offline {
+		t.Fatalf("target 2 is %v after its lease lapsed", rt.Routing().Targets[2].State)
 	}
 	// It comes back.
 	heal()
 	nctx, ncancel := context.WithCancel(ctx)
 	defer ncancel()
 	go nodes[2].agent.Run(nctx)
-	for routing.Routing().Targets[2].State != storage.Serving {
+	for rt.Routing().Targets[2].State != routing.Serving {
 		select {
-		case <-routing.Changed():
+		case <-rt.Changed():
 		case <-ctx.Done():
-			t.Fatalf("target 2 never served again: %+v", routing.Routing().Targets[2])
+			t.Fatalf("target 2 never served again: %+v", rt.Routing().Targets[2])
 		}
 	}
 	for i := 40; i < 45; i++ {
@@ -124,7 +135,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 		var first []byte
 		for i, n := range nodes {
 			got := make([]byte, 1<<20)
-			k, _, err := n.eng.Read(storage.ChunkID{Inode: 9, Index: uint32(c)}, 0, got)
+			k, _, err := n.eng.Read(chunkio.ID{Inode: 9, Index: uint32(c)}, 0, got)
 			if err != nil {
 				t.Fatalf("target %d chunk %d: %v", i, c, err)
 			}
@@ -144,9 +155,9 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	file := res.Inode
 	m, _ := r.ClusterMap()
 	for i := uint64(0); i < 3; i++ {
-		chain := meta.ChunkChain(m.Tables[0].Chains, file.Layout, file.Ino, i)
+		chain := fsmeta.ChunkChain(m.Tables[0].Chains, file.Layout, file.Ino, i)
 		copy(buf, "chunk")
-		if _, err := cl.WriteRegistered(ctx, storage.ChainID(chain), storage.ChunkID{Inode: file.Ino, Index: uint32(i)}, 0, true, mr, 0, buf[:5]); err != nil {
+		if _, err := cl.WriteRegistered(ctx, routing.ChainID(chain), chunkio.ID{Inode: file.Ino, Index: uint32(i)}, 0, true, mr, 0, buf[:5]); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -159,7 +170,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	}
 	for i, n := range nodes {
 		for c := uint32(0); c < 3; c++ {
-			if _, _, err := n.eng.Read(storage.ChunkID{Inode: file.Ino, Index: c}, 0, make([]byte, 8)); !errors.Is(err, storage.ErrNotFound) {
+			if _, _, err := n.eng.Read(chunkio.ID{Inode: file.Ino, Index: c}, 0, make([]byte, 8)); !errors.Is(err, chunkio.ErrNotFound) {
 				t.Fatalf("target %d still holds chunk %d of the collected file: %v", i, c, err)
 			}
 		}

@@ -9,11 +9,11 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
-	"github.com/sluicefs/sluice/server/rpc"
 )
 
 // soloReplica starts a one-replica metadata group with the given root layout
@@ -41,7 +41,7 @@ func serveMgmtd(ctx context.Context, t *testing.T, r *meta.Replica) *grpc.Client
 	t.Helper()
 	d := mgmtd.NewDetector(r, time.Second, quiet)
 	go d.Run(ctx)
-	unary, stream := rpc.TokenAuth("tok")
+	unary, stream := auth.TokenAuth("tok")
 	gs := grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
 	mgmtdpb.RegisterMgmtdServer(gs, mgmtd.NewService(r, d))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

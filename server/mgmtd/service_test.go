@@ -18,9 +18,8 @@ import (
 
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/mgmtd"
-	"github.com/sluicefs/sluice/server/rpc"
-	"github.com/sluicefs/sluice/server/storage"
+	"github.com/sluicefs/sluice/routing"
+	"github.com/sluicefs/sluice/server/gateway"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -60,12 +59,12 @@ func TestServiceAndWatch(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	w, err := mgmtd.WatchRouting(actx, c, quiet)
+	w, err := routing.Watch(actx, c, quiet)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	wait := func(what string, ok func(*storage.Routing) bool) *storage.Routing {
+	wait := func(what string, ok func(*routing.Routing) bool) *routing.Routing {
 		t.Helper()
 		for {
 			changed := w.Changed()
@@ -79,26 +78,26 @@ func TestServiceAndWatch(t *testing.T) {
 			}
 		}
 	}
-	rt := wait("chain 1 routed", func(r *storage.Routing) bool { return len(r.Chains[1].Targets) == 3 })
+	rt := wait("chain 1 routed", func(r *routing.Routing) bool { return len(r.Chains[1].Targets) == 3 })
 	if rt.Targets[2].Node != "127.0.0.1:7402" {
 		t.Fatalf("target 2 at %q", rt.Targets[2].Node)
 	}
-	rt = wait("target 2 offline", func(r *storage.Routing) bool { return r.Targets[2].State == storage.Offline })
+	rt = wait("target 2 offline", func(r *routing.Routing) bool { return r.Targets[2].State == routing.Offline })
 	if ch := rt.Chains[1]; len(ch.Targets) != 2 || ch.Version != 2 {
 		t.Fatalf("chain after the lease lapsed: %+v", ch)
 	}
 	twoBeats.Store(true)
-	wait("target 2 syncing", func(r *storage.Routing) bool { return r.Targets[2].State == storage.Syncing })
+	wait("target 2 syncing", func(r *routing.Routing) bool { return r.Targets[2].State == routing.Syncing })
 	if _, err := c.ReportSynced(actx, &mgmtdpb.TargetSynced{Chain: 1, Target: 2}); err != nil {
 		t.Fatal(err)
 	}
-	rt = wait("target 2 serving", func(r *storage.Routing) bool { return r.Targets[2].State == storage.Serving })
+	rt = wait("target 2 serving", func(r *routing.Routing) bool { return r.Targets[2].State == routing.Serving })
 	if ch := rt.Chains[1]; len(ch.Targets) != 3 || ch.Targets[2] != 2 {
 		t.Fatalf("chain after resync: %+v", ch)
 	}
 
 	// The same service over REST/JSON, with the token and without.
-	gw, err := rpc.Gateway(ctx, conn.Target(), nil, mgmtdpb.RegisterMgmtdHandlerFromEndpoint)
+	gw, err := gateway.Gateway(ctx, conn.Target(), nil, mgmtdpb.RegisterMgmtdHandlerFromEndpoint)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/server/chunkstore"
+
+	"github.com/sluicefs/sluice/routing"
+
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/fabric/local"
@@ -19,36 +24,36 @@ import (
 
 // benchCluster is a chain of replicas on one machine, each target in its
 // own directory on the same disk, nodes connected by transport tr.
-func benchCluster(b *testing.B, replicas int, tr fabric.Transport, addr func(i int) string) (*StaticRouting, []fabric.Endpoint) {
-	r := &Routing{Version: 1, Chains: map[ChainID]Chain{}, Targets: map[TargetID]Target{}}
-	chain := Chain{ID: testChain, Version: 1}
+func benchCluster(b *testing.B, replicas int, tr fabric.Transport, addr func(i int) string) (*routing.StaticRouting, []fabric.Endpoint) {
+	r := &routing.Routing{Version: 1, Chains: map[routing.ChainID]routing.Chain{}, Targets: map[routing.TargetID]routing.Target{}}
+	chain := routing.Chain{ID: testChain, Version: 1}
 	var eps []fabric.Endpoint
-	var engines []*Engine
+	var engines []*chunkstore.Engine
 	for i := 1; i <= replicas; i++ {
 		ep, err := tr.Listen(addr(i))
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { ep.Close() })
-		e, err := OpenEngine(EngineConfig{Dir: b.TempDir()})
+		e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: b.TempDir()})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { e.Close() })
 		eps, engines = append(eps, ep), append(engines, e)
-		r.Targets[TargetID(i)] = Target{ID: TargetID(i), Node: ep.ID(), State: Serving}
-		chain.Targets = append(chain.Targets, TargetID(i))
+		r.Targets[routing.TargetID(i)] = routing.Target{ID: routing.TargetID(i), Node: ep.ID(), State: routing.Serving}
+		chain.Targets = append(chain.Targets, routing.TargetID(i))
 	}
 	r.Chains[testChain] = chain
-	routing := NewStaticRouting(r)
+	rt := routing.NewStaticRouting(r)
 	for i, ep := range eps {
-		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: routing, Targets: map[TargetID]*Engine{TargetID(i + 1): engines[i]}, Buffers: 16, BufferSize: 1 << 20, Logger: quiet})
+		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: rt, Targets: map[routing.TargetID]*chunkstore.Engine{routing.TargetID(i + 1): engines[i]}, Buffers: 16, BufferSize: 1 << 20, Logger: quiet})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { n.Close() })
 	}
-	return routing, eps
+	return rt, eps
 }
 
 // durableWriters returns a write for each of `parallel` writers of the
@@ -141,21 +146,21 @@ func BenchmarkChainWrite(b *testing.B) {
 		b.Run(fmt.Sprintf("replicas=%d/size=1MiB", replicas), func(b *testing.B) {
 			const size = 1 << 20
 			net := local.NewNetwork()
-			routing, _ := benchCluster(b, replicas, net, func(i int) string { return fmt.Sprintf("node-%d", i) })
+			rt, _ := benchCluster(b, replicas, net, func(i int) string { return fmt.Sprintf("node-%d", i) })
 			var clients []*testClient
 			for w := 0; w < benchParallel; w++ {
 				ep, _ := net.Dialer("client")
 				b.Cleanup(func() { ep.Close() })
 				buf := fabrictest.RandBytes(uint64(w), size)
 				mr, _ := ep.RegisterMemory(buf, fabric.AccessRemoteRead)
-				clients = append(clients, &testClient{Client: NewClient(ep, routing), buf: buf, mr: mr})
+				clients = append(clients, &testClient{Client: chunkio.NewClient(ep, rt), buf: buf, mr: mr})
 			}
 			ctx := context.Background()
 			var writes [benchParallel]int
 			op := func(w int) {
 				cl := clients[w]
 				writes[w]++
-				chunk := ChunkID{Inode: uint64(w + 1), Index: uint32(writes[w] % benchChunks)}
+				chunk := chunkio.ID{Inode: uint64(w + 1), Index: uint32(writes[w] % benchChunks)}
 				if _, err := cl.WriteRegistered(ctx, testChain, chunk, 0, true, cl.mr, 0, cl.buf); err != nil {
 					b.Fatal(err)
 				}
@@ -175,22 +180,22 @@ func BenchmarkChainRead(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	routing, _ := benchCluster(b, 3, tr, func(int) string { return "127.0.0.1:0" })
+	rt, _ := benchCluster(b, 3, tr, func(int) string { return "127.0.0.1:0" })
 	ep, _ := tr.Dialer("client")
 	b.Cleanup(func() { ep.Close() })
 	buf := make([]byte, 2<<20)
 	mr, _ := ep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
-	cl := &testClient{Client: NewClient(ep, routing), buf: buf, mr: mr}
+	cl := &testClient{Client: chunkio.NewClient(ep, rt), buf: buf, mr: mr}
 	ctx := context.Background()
 	for i := 0; i < 4; i++ {
-		if _, err := cl.write(ctx, ChunkID{Inode: 1, Index: uint32(i)}, 0, fabrictest.RandBytes(uint64(i), 1<<20), true); err != nil {
+		if _, err := cl.write(ctx, chunkio.ID{Inode: 1, Index: uint32(i)}, 0, fabrictest.RandBytes(uint64(i), 1<<20), true); err != nil {
 			b.Fatal(err)
 		}
 	}
 	b.Run("size=1MiB", func(b *testing.B) {
 		const size = 1 << 20
 		op := func() {
-			if n, _, err := cl.ReadRegistered(ctx, testChain, ChunkID{Inode: 1, Index: 0}, 0, mr, 0, buf[:size], false); err != nil || n != size {
+			if n, _, err := cl.ReadRegistered(ctx, testChain, chunkio.ID{Inode: 1, Index: 0}, 0, mr, 0, buf[:size], false); err != nil || n != size {
 				b.Fatalf("read: %d %v", n, err)
 			}
 		}
@@ -198,13 +203,13 @@ func BenchmarkChainRead(b *testing.B) {
 		b.ReportMetric(fabrictest.Versus(b, op, fabrictest.SocketExchange(b, 8, size)), "x_socket")
 	})
 	b.Run("size=4KiB/batch=64", func(b *testing.B) {
-		node := routing.Routing().Targets[1].Node
-		ch := routing.Routing().Chains[testChain]
+		node := rt.Routing().Targets[1].Node
+		ch := rt.Routing().Chains[testChain]
 		req := batchRead(mr, ch, 64, 4<<10)
 		b.ResetTimer()
 		for i := 0; i < b.N; i++ {
 			var resp storagepb.ReadReply
-			if err := ep.Call(ctx, node, MethodRead, req, &resp); err != nil {
+			if err := ep.Call(ctx, node, chunkio.MethodRead, req, &resp); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -214,7 +219,7 @@ func BenchmarkChainRead(b *testing.B) {
 
 // batchRead is a read request for n ranges of size bytes spread over the
 // benchmark's chunks, pushed into consecutive parts of mr.
-func batchRead(mr fabric.MR, ch Chain, n, size int) *storagepb.ReadRequest {
+func batchRead(mr fabric.MR, ch routing.Chain, n, size int) *storagepb.ReadRequest {
 	req := &storagepb.ReadRequest{}
 	for i := 0; i < n; i++ {
 		rb := mr.Remote(i*size, size)

@@ -15,6 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/server/chunkstore"
+	"github.com/sluicefs/sluice/server/chunkstore/chunkstoretest"
+
+	"github.com/sluicefs/sluice/routing"
+
 	"github.com/anishathalye/porcupine"
 
 	"github.com/sluicefs/sluice/fabric"
@@ -32,28 +38,35 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type cluster struct {
 	t       *testing.T
 	net     *faulty.Network
-	routing *StaticRouting
+	routing *routing.StaticRouting
 	eps     []fabric.Endpoint
-	engines []*Engine
+	engines []*chunkstore.Engine
 	nodes   []*Node
 }
 
-const testChain ChainID = 1
+const testChain routing.ChainID = 1
 
 func newCluster(t *testing.T, replicas int) *cluster {
-	var members []TargetID
-	for i := 1; i <= replicas; i++ {
-		members = append(members, TargetID(i))
-	}
-	return newChains(t, replicas, map[ChainID][]TargetID{testChain: members})
+	return newClusterOn(t, replicas, chunkstore.EngineConfig{})
 }
 
-// newChains is a cluster of nodes targets (one a node) in the given chains.
-func newChains(t *testing.T, nodes int, chains map[ChainID][]TargetID) *cluster {
+// newClusterOn is newCluster with engines opened with cfg (each in a
+// directory of its own).
+func newClusterOn(t *testing.T, replicas int, cfg chunkstore.EngineConfig) *cluster {
+	var members []routing.TargetID
+	for i := 1; i <= replicas; i++ {
+		members = append(members, routing.TargetID(i))
+	}
+	return newChains(t, replicas, map[routing.ChainID][]routing.TargetID{testChain: members}, cfg)
+}
+
+// newChains is a cluster of nodes targets (one a node) in the given chains,
+// their engines opened with cfg.
+func newChains(t *testing.T, nodes int, chains map[routing.ChainID][]routing.TargetID, cfg chunkstore.EngineConfig) *cluster {
 	c := &cluster{t: t, net: faulty.New(local.NewNetwork(), 1)}
-	r := &Routing{Version: 1, Chains: map[ChainID]Chain{}, Targets: map[TargetID]Target{}}
+	r := &routing.Routing{Version: 1, Chains: map[routing.ChainID]routing.Chain{}, Targets: map[routing.TargetID]routing.Target{}}
 	for id, members := range chains {
-		r.Chains[id] = Chain{ID: id, Version: 1, Targets: members}
+		r.Chains[id] = routing.Chain{ID: id, Version: 1, Targets: members}
 	}
 	for i := 1; i <= nodes; i++ {
 		ep, err := c.net.Listen(fmt.Sprintf("node-%d", i))
@@ -61,13 +74,13 @@ func newChains(t *testing.T, nodes int, chains map[ChainID][]TargetID) *cluster 
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { ep.Close() })
-		e := openTest(t, EngineConfig{})
+		e := chunkstoretest.Open(t, cfg)
 		c.eps, c.engines = append(c.eps, ep), append(c.engines, e)
-		r.Targets[TargetID(i)] = Target{ID: TargetID(i), Node: ep.ID(), State: Serving}
+		r.Targets[routing.TargetID(i)] = routing.Target{ID: routing.TargetID(i), Node: ep.ID(), State: routing.Serving}
 	}
-	c.routing = NewStaticRouting(r)
+	c.routing = routing.NewStaticRouting(r)
 	for i, ep := range c.eps {
-		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[TargetID]*Engine{TargetID(i + 1): c.engines[i]},
+		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*chunkstore.Engine{routing.TargetID(i + 1): c.engines[i]},
 			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: c.synced})
 		if err != nil {
 			t.Fatal(err)
@@ -79,19 +92,20 @@ func newChains(t *testing.T, nodes int, chains map[ChainID][]TargetID) *cluster 
 }
 
 // synced is mgmtd's part when a target has caught up: it serves again.
-func (c *cluster) synced(chain ChainID, target TargetID, chainVer uint64) error {
-	c.routing.Update(func(r *Routing) { r.SetServing(chain, target) })
+func (c *cluster) synced(chain routing.ChainID, target routing.TargetID, chainVer uint64) error {
+	c.routing.Update(func(r *routing.Routing) { r.SetServing(chain, target) })
 	return nil
 }
 
 // rejoin brings an offline target back at its chain's end, syncing.
-func (c *cluster) rejoin(target TargetID) {
-	c.routing.Update(func(r *Routing) { r.Rejoin(testChain, target) })
+func (c *cluster) rejoin(target routing.TargetID) {
+	c.routing.Update(func(r *routing.Routing) { r.Rejoin(testChain, target) })
 }
 
 // testClient is a storage client with a registered buffer.
 type testClient struct {
-	*Client
+	*chunkio.Client
+	ep  fabric.Endpoint
 	buf []byte
 	mr  fabric.MR
 }
@@ -107,21 +121,21 @@ func (c *cluster) client(name string) *testClient {
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	cl := NewClient(ep, c.routing)
+	cl := chunkio.NewClient(ep, c.routing)
 	cl.AttemptTimeout = 500 * time.Millisecond
-	return &testClient{Client: cl, buf: buf, mr: mr}
+	return &testClient{Client: cl, ep: ep, buf: buf, mr: mr}
 }
 
-func (tc *testClient) write(ctx context.Context, chunk ChunkID, off uint32, data []byte, full bool) (uint64, error) {
+func (tc *testClient) write(ctx context.Context, chunk chunkio.ID, off uint32, data []byte, full bool) (uint64, error) {
 	return tc.writeIn(ctx, testChain, chunk, off, data, full)
 }
 
-func (tc *testClient) writeIn(ctx context.Context, chain ChainID, chunk ChunkID, off uint32, data []byte, full bool) (uint64, error) {
+func (tc *testClient) writeIn(ctx context.Context, chain routing.ChainID, chunk chunkio.ID, off uint32, data []byte, full bool) (uint64, error) {
 	copy(tc.buf, data)
 	return tc.WriteRegistered(ctx, chain, chunk, off, full, tc.mr, 0, tc.buf[:len(data)])
 }
 
-func (tc *testClient) read(ctx context.Context, chunk ChunkID, off uint32, n int) ([]byte, uint64, error) {
+func (tc *testClient) read(ctx context.Context, chunk chunkio.ID, off uint32, n int) ([]byte, uint64, error) {
 	half := len(tc.buf) / 2
 	got, ver, err := tc.ReadRegistered(ctx, testChain, chunk, off, tc.mr, half, tc.buf[half:half+n], false)
 	if err != nil {
@@ -138,7 +152,7 @@ func ctxT(t *testing.T, d time.Duration) context.Context {
 
 // sameReplicas checks that every target in the chain holds the chunk's same
 // committed version and bytes.
-func (c *cluster) sameReplicas(chunk ChunkID) {
+func (c *cluster) sameReplicas(chunk chunkio.ID) {
 	c.t.Helper()
 	var first []byte
 	var firstVer uint64
@@ -146,7 +160,7 @@ func (c *cluster) sameReplicas(chunk ChunkID) {
 		e := c.engines[tid-1]
 		buf := make([]byte, 1<<20)
 		n, v, err := e.Read(chunk, 0, buf)
-		if errors.Is(err, ErrNotFound) {
+		if errors.Is(err, chunkio.ErrNotFound) {
 			n, v, err = 0, &storagepb.Version{}, nil
 		}
 		if err != nil {
@@ -166,7 +180,7 @@ func TestChainWriteRead(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 30*time.Second)
-	chunk := ChunkID{Inode: 100, Index: 0}
+	chunk := chunkio.ID{Inode: 100, Index: 0}
 	a := fabrictest.RandBytes(1, 300<<10)
 	if v, err := cl.write(ctx, chunk, 0, a, true); err != nil || v != 1 {
 		t.Fatalf("write: version %d, %v", v, err)
@@ -185,7 +199,7 @@ func TestChainWriteRead(t *testing.T) {
 	}
 	c.sameReplicas(chunk)
 	// A chunk never written reads as empty.
-	if got, _, err := cl.read(ctx, ChunkID{Inode: 101}, 0, 100); err != nil || len(got) != 0 {
+	if got, _, err := cl.read(ctx, chunkio.ID{Inode: 101}, 0, 100); err != nil || len(got) != 0 {
 		t.Fatalf("read of a hole: %d bytes, %v", len(got), err)
 	}
 }
@@ -196,21 +210,21 @@ func TestChainRefusesStaleAndMisrouted(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	copy(cl.buf, "hello")
 	rb := cl.mr.Remote(0, 5)
-	req := &storagepb.UpdateRequest{Chain: uint32(testChain), ChainVer: 7, Chunk: ChunkID{Inode: 1}.Proto(), Length: 5, Crc: CRC([]byte("hello")),
+	req := &storagepb.UpdateRequest{Chain: uint32(testChain), ChainVer: 7, Chunk: chunkio.ID{Inode: 1}.Proto(), Length: 5, Crc: chunkio.CRC([]byte("hello")),
 		Src: &storagepb.RemoteBuf{Node: string(rb.Node), Key: rb.Key, Offset: rb.Offset, Len: rb.Len}, Target: 1, Client: 1, Seq: 1}
 	var resp storagepb.UpdateReply
-	if err := cl.ep.Call(ctx, c.eps[0].ID(), MethodUpdate, req, &resp); !errors.Is(err, ErrStaleChainVersion) {
+	if err := cl.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodUpdate, req, &resp); !errors.Is(err, chunkio.ErrStaleChainVersion) {
 		t.Fatalf("stale chain version: %v", err)
 	}
 	req.ChainVer, req.Target = 1, 2
-	if err := cl.ep.Call(ctx, c.eps[1].ID(), MethodUpdate, req, &resp); !errors.Is(err, ErrNotHead) {
+	if err := cl.ep.Call(ctx, c.eps[1].ID(), chunkio.MethodUpdate, req, &resp); !errors.Is(err, chunkio.ErrNotHead) {
 		t.Fatalf("client write to the middle: %v", err)
 	}
 	req.Target, req.Crc = 1, 12345
-	if err := cl.ep.Call(ctx, c.eps[0].ID(), MethodUpdate, req, &resp); !errors.Is(err, ErrChecksum) {
+	if err := cl.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodUpdate, req, &resp); !errors.Is(err, chunkio.ErrChecksum) {
 		t.Fatalf("bytes that fail their CRC: %v", err)
 	}
-	if m, _ := c.engines[0].Meta(ChunkID{Inode: 1}); m.Committed != nil || m.Pending != nil {
+	if m, _ := c.engines[0].Meta(chunkio.ID{Inode: 1}); m.Committed != nil || m.Pending != nil {
 		t.Fatal("a refused update left a version")
 	}
 }
@@ -221,12 +235,12 @@ func TestRetryAppliedOnce(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 10*time.Second)
-	c.net.Add(faulty.Rule{Method: MethodUpdate, To: c.eps[0].ID(), Action: faulty.DropReply, Count: 1})
-	v, err := cl.write(ctx, ChunkID{Inode: 5}, 0, []byte("once"), true)
+	c.net.Add(faulty.Rule{Method: chunkio.MethodUpdate, To: c.eps[0].ID(), Action: faulty.DropReply, Count: 1})
+	v, err := cl.write(ctx, chunkio.ID{Inode: 5}, 0, []byte("once"), true)
 	if err != nil || v != 1 {
 		t.Fatalf("write with a lost reply: version %d, %v", v, err)
 	}
-	if m, _ := c.engines[2].Meta(ChunkID{Inode: 5}); m.Committed.GetVer() != 1 {
+	if m, _ := c.engines[2].Meta(chunkio.ID{Inode: 5}); m.Committed.GetVer() != 1 {
 		t.Fatalf("tail at version %d, want 1", m.Committed.GetVer())
 	}
 }
@@ -240,7 +254,7 @@ func TestChainFailover(t *testing.T) {
 			c := newCluster(t, 3)
 			cl := c.client("client")
 			ctx := ctxT(t, 60*time.Second)
-			chunk := ChunkID{Inode: 9}
+			chunk := chunkio.ID{Inode: 9}
 			var acked atomic.Uint64
 			done := make(chan error, 1)
 			go func() {
@@ -261,7 +275,7 @@ func TestChainFailover(t *testing.T) {
 			heal := c.net.Isolate(c.eps[victim-1].ID())
 			defer heal()
 			time.Sleep(100 * time.Millisecond) // writes stall on the dead target
-			c.routing.SetOffline(TargetID(victim))
+			c.routing.SetOffline(routing.TargetID(victim))
 			if err := <-done; err != nil {
 				t.Fatal(err)
 			}
@@ -354,7 +368,7 @@ func linearizable(t *testing.T, victim int) {
 				default:
 				}
 				in := input{chunk: rng.IntN(chunks), write: rng.IntN(2) == 0, value: uint64(ci)<<32 | seq}
-				chunk := ChunkID{Inode: 1000, Index: uint32(in.chunk)}
+				chunk := chunkio.ID{Inode: 1000, Index: uint32(in.chunk)}
 				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 				call := now()
 				var out uint64
@@ -389,7 +403,7 @@ func linearizable(t *testing.T, victim int) {
 	time.Sleep(700 * time.Millisecond)
 	heal := c.net.Isolate(c.eps[victim-1].ID())
 	time.Sleep(100 * time.Millisecond)
-	c.routing.SetOffline(TargetID(victim))
+	c.routing.SetOffline(routing.TargetID(victim))
 	time.Sleep(700 * time.Millisecond)
 	close(stop)
 	wg.Wait()
@@ -421,7 +435,7 @@ func TestResync(t *testing.T) {
 	cl := c.client("client")
 	ctx := ctxT(t, 60*time.Second)
 	const chunks = 12
-	chunk := func(i int) ChunkID { return ChunkID{Inode: 77, Index: uint32(i)} }
+	chunk := func(i int) chunkio.ID { return chunkio.ID{Inode: 77, Index: uint32(i)} }
 	writeRound := func(round int) {
 		for i := 0; i < chunks; i++ {
 			data := fabrictest.RandBytes(uint64(round*100+i), 20<<10)
@@ -441,7 +455,7 @@ func TestResync(t *testing.T) {
 	writeRound(2)
 	writeRound(3)
 	// A chunk removed while the target was away (as the collector would).
-	for _, e := range []*Engine{c.engines[0], c.engines[2]} {
+	for _, e := range []*chunkstore.Engine{c.engines[0], c.engines[2]} {
 		if err := e.Remove(chunk(chunks - 1)); err != nil {
 			t.Fatal(err)
 		}
@@ -462,20 +476,20 @@ func TestResync(t *testing.T) {
 		}
 	}()
 	deadline := time.Now().Add(30 * time.Second)
-	for c.routing.Routing().Targets[2].State != Serving {
+	for c.routing.Routing().Targets[2].State != routing.Serving {
 		if time.Now().After(deadline) {
 			t.Fatal("target 2 never finished syncing")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	<-done
-	if got := c.routing.Routing().Chains[testChain].Targets; !slices.Equal(got, []TargetID{1, 3, 2}) {
+	if got := c.routing.Routing().Chains[testChain].Targets; !slices.Equal(got, []routing.TargetID{1, 3, 2}) {
 		t.Fatalf("chain %v after resync", got)
 	}
 	for i := 0; i < chunks; i++ {
 		c.sameReplicas(chunk(i))
 	}
-	if _, _, err := c.engines[1].Read(chunk(chunks-1), 0, make([]byte, 1)); !errors.Is(err, ErrNotFound) {
+	if _, _, err := c.engines[1].Read(chunk(chunks-1), 0, make([]byte, 1)); !errors.Is(err, chunkio.ErrNotFound) {
 		t.Fatalf("chunk removed meanwhile still on the synced target: %v", err)
 	}
 	// And it serves reads again.
@@ -492,7 +506,7 @@ func TestRemove(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 10*time.Second)
-	chunk := ChunkID{Inode: 31}
+	chunk := chunkio.ID{Inode: 31}
 	if _, err := cl.write(ctx, chunk, 0, []byte("doomed"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -502,11 +516,11 @@ func TestRemove(t *testing.T) {
 		}
 	}
 	for i, e := range c.engines {
-		if _, _, err := e.Read(chunk, 0, make([]byte, 8)); !errors.Is(err, ErrNotFound) {
+		if _, _, err := e.Read(chunk, 0, make([]byte, 8)); !errors.Is(err, chunkio.ErrNotFound) {
 			t.Fatalf("target %d still has the chunk: %v", i+1, err)
 		}
 	}
-	if err := cl.Remove(ctx, testChain, ChunkID{Inode: 32}); err != nil {
+	if err := cl.Remove(ctx, testChain, chunkio.ID{Inode: 32}); err != nil {
 		t.Fatalf("remove of a chunk never written: %v", err)
 	}
 }
@@ -520,7 +534,7 @@ func TestOnlyTheCallersMemory(t *testing.T) {
 	victim, mallory := c.client("victim"), c.client("mallory")
 	ctx := ctxT(t, 10*time.Second)
 	data := bytes.Repeat([]byte("chunk data "), 100)
-	if _, err := victim.write(ctx, ChunkID{Inode: 1}, 0, data, true); err != nil {
+	if _, err := victim.write(ctx, chunkio.ID{Inode: 1}, 0, data, true); err != nil {
 		t.Fatal(err)
 	}
 	for i := range victim.buf {
@@ -529,22 +543,22 @@ func TestOnlyTheCallersMemory(t *testing.T) {
 	vb := victim.mr.Remote(0, 64)
 	read := &storagepb.ReadRequest{Entries: []*storagepb.ReadEntry{{Chain: uint32(testChain), ChainVer: 1, Target: 1,
 		Inode: 1, Length: 64, DstKey: vb.Key, DstOffset: vb.Offset}}}
-	if err := mallory.ep.Call(ctx, c.eps[0].ID(), MethodRead, read, new(storagepb.ReadReply)); !errors.Is(err, fabric.ErrUnknownKey) {
+	if err := mallory.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodRead, read, new(storagepb.ReadReply)); !errors.Is(err, fabric.ErrUnknownKey) {
 		t.Fatalf("read into another client's key: %v", err)
 	}
-	update := &storagepb.UpdateRequest{Chain: uint32(testChain), ChainVer: 1, Chunk: ChunkID{Inode: 2}.Proto(), Length: 64,
-		Crc: CRC(victim.buf[:64]), Src: &storagepb.RemoteBuf{Node: string(vb.Node), Key: vb.Key, Offset: vb.Offset, Len: vb.Len},
+	update := &storagepb.UpdateRequest{Chain: uint32(testChain), ChainVer: 1, Chunk: chunkio.ID{Inode: 2}.Proto(), Length: 64,
+		Crc: chunkio.CRC(victim.buf[:64]), Src: &storagepb.RemoteBuf{Node: string(vb.Node), Key: vb.Key, Offset: vb.Offset, Len: vb.Len},
 		Target: 1, Client: 9, Seq: 1, FullChunk: true}
-	if err := mallory.ep.Call(ctx, c.eps[0].ID(), MethodUpdate, update, new(storagepb.UpdateReply)); !errors.Is(err, fabric.ErrBadRequest) {
+	if err := mallory.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodUpdate, update, new(storagepb.UpdateReply)); !errors.Is(err, fabric.ErrBadRequest) {
 		t.Fatalf("update pulling another client's buffer: %v", err)
 	}
-	if m, _ := c.engines[0].Meta(ChunkID{Inode: 2}); m.GetCommitted() != nil || m.GetPending() != nil {
+	if m, _ := c.engines[0].Meta(chunkio.ID{Inode: 2}); m.GetCommitted() != nil || m.GetPending() != nil {
 		t.Fatal("an update from a third party's memory was stored")
 	}
 	if !bytes.Equal(victim.buf[:64], bytes.Repeat([]byte{0xee}, 64)) {
 		t.Fatal("bytes were pushed into another client's memory")
 	}
-	reads := []BatchRead{{Chain: testChain, Chunk: ChunkID{Inode: 1}, Dst: vb}}
+	reads := []chunkio.BatchRead{{Chain: testChain, Chunk: chunkio.ID{Inode: 1}, Dst: vb}}
 	if err := mallory.ReadBatch(ctx, reads); err != nil || !errors.Is(reads[0].Err, fabric.ErrBadRequest) {
 		t.Fatalf("batch range in another endpoint's memory: %v, %v", err, reads[0].Err)
 	}
@@ -552,29 +566,31 @@ func TestOnlyTheCallersMemory(t *testing.T) {
 
 // TestHeadSettlesPending: an update whose forward failed after the rest of
 // the chain committed it (a lost reply) leaves it pending at the head.
-// Acted out by putting the head's record back as it was before the commit:
-// the next update, a patch, is numbered after the chain's committed
-// version (the head asks the tail) and applies to it, and every replica
-// ends with the same bytes.
+// Acted out by storing that update straight into the replicas' engines:
+// committed at the others, pending at the head. The next update, a patch,
+// is numbered after the chain's committed version (the head asks the tail)
+// and applies to it, and every replica ends with the same bytes.
 func TestHeadSettlesPending(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 20*time.Second)
-	chunk := ChunkID{Inode: 5}
+	chunk := chunkio.ID{Inode: 5}
 	want := fabrictest.RandBytes(1, 64<<10)
 	if _, err := cl.write(ctx, chunk, 0, want, true); err != nil {
 		t.Fatal(err)
 	}
 	head := c.engines[0]
-	before, _ := head.Meta(chunk)
 	patch := fabrictest.RandBytes(2, 4<<10)
-	if v, err := cl.write(ctx, chunk, 1000, patch, false); err != nil || v != 2 {
-		t.Fatalf("patch: version %d, %v", v, err)
+	chainVer := c.routing.Routing().Chains[testChain].Version
+	if _, err := head.Prepare(chunk, 2, 1000, patch, false, chainVer); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range c.engines[1:] {
+		chunkstoretest.Write(t, e, chunk, 2, 1000, patch, false)
 	}
 	copy(want[1000:], patch)
-	m, _ := head.Meta(chunk)
-	if err := head.putMeta(chunk, &storagepb.ChunkMeta{Committed: before.Committed, Pending: m.Committed, ChainVer: m.ChainVer}, true); err != nil {
-		t.Fatal(err)
+	if m, _ := head.Meta(chunk); m.GetCommitted().GetVer() != 1 || m.GetPending().GetVer() != 2 {
+		t.Fatalf("head's record before the next update: %v; want version 1 committed, 2 pending", m)
 	}
 	patch = fabrictest.RandBytes(3, 4<<10)
 	if v, err := cl.write(ctx, chunk, 9000, patch, false); err != nil || v != 3 {
@@ -582,7 +598,7 @@ func TestHeadSettlesPending(t *testing.T) {
 	}
 	copy(want[9000:], patch)
 	c.sameReplicas(chunk)
-	if got := readAll(t, c.engines[2], chunk); !bytes.Equal(got, want) {
+	if got := chunkstoretest.ReadAll(t, c.engines[2], chunk); !bytes.Equal(got, want) {
 		t.Fatal("the replicas agree on the wrong bytes")
 	}
 }

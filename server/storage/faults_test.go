@@ -8,6 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/server/chunkstore"
+	"github.com/sluicefs/sluice/server/chunkstore/chunkstoretest"
+
+	"github.com/sluicefs/sluice/routing"
+
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/fabric/faulty"
@@ -19,10 +25,10 @@ import (
 
 // chunkChains lists the chunks a target holds, by the chain their records
 // name.
-func chunkChains(t *testing.T, e *Engine) map[ChunkID]uint32 {
+func chunkChains(t *testing.T, e *chunkstore.Engine) map[chunkio.ID]uint32 {
 	t.Helper()
-	out := map[ChunkID]uint32{}
-	if err := e.Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
+	out := map[chunkio.ID]uint32{}
+	if err := e.Chunks(func(id chunkio.ID, m *storagepb.ChunkMeta) bool {
 		out[id] = m.Chain
 		return true
 	}); err != nil {
@@ -38,12 +44,12 @@ func chunkChains(t *testing.T, e *Engine) map[ChunkID]uint32 {
 // nor copy chain 3's chunks onto target 2. (Resync used to walk every chunk
 // of the predecessor's target, whatever its chain.)
 func TestResyncTouchesOnlyItsChain(t *testing.T) {
-	c := newChains(t, 3, map[ChainID][]TargetID{1: {1, 2}, 2: {2, 3}, 3: {1, 3}})
+	c := newChains(t, 3, map[routing.ChainID][]routing.TargetID{1: {1, 2}, 2: {2, 3}, 3: {1, 3}}, chunkstore.EngineConfig{})
 	cl := c.client("client")
 	ctx := ctxT(t, 30*time.Second)
-	for chain := ChainID(1); chain <= 3; chain++ {
+	for chain := routing.ChainID(1); chain <= 3; chain++ {
 		for i := 0; i < 4; i++ {
-			id := ChunkID{Inode: uint64(chain) * 100, Index: uint32(i)}
+			id := chunkio.ID{Inode: uint64(chain) * 100, Index: uint32(i)}
 			if _, err := cl.writeIn(ctx, chain, id, 0, fabrictest.RandBytes(uint64(chain)*10+uint64(i), 8<<10), true); err != nil {
 				t.Fatalf("chain %d: %v", chain, err)
 			}
@@ -51,12 +57,12 @@ func TestResyncTouchesOnlyItsChain(t *testing.T) {
 	}
 	c.routing.SetOffline(2)
 	// Chain 1 moves on without target 2.
-	if _, err := cl.writeIn(ctx, 1, ChunkID{Inode: 100}, 0, []byte("newer"), true); err != nil {
+	if _, err := cl.writeIn(ctx, 1, chunkio.ID{Inode: 100}, 0, []byte("newer"), true); err != nil {
 		t.Fatal(err)
 	}
-	c.routing.Update(func(r *Routing) { r.Rejoin(1, 2) })
+	c.routing.Update(func(r *routing.Routing) { r.Rejoin(1, 2) })
 	deadline := time.Now().Add(20 * time.Second)
-	for c.routing.Routing().Chains[1].State(2) != Serving {
+	for c.routing.Routing().Chains[1].State(2) != routing.Serving {
 		if time.Now().After(deadline) {
 			t.Fatal("target 2 never synced in chain 1")
 		}
@@ -70,7 +76,7 @@ func TestResyncTouchesOnlyItsChain(t *testing.T) {
 	if perChain[1] != 4 || perChain[2] != 4 || perChain[3] != 0 {
 		t.Fatalf("target 2 holds chunks of chains %v; want 4 of chain 1, 4 of chain 2 and none of chain 3", perChain)
 	}
-	c.sameReplicas(ChunkID{Inode: 100})
+	c.sameReplicas(chunkio.ID{Inode: 100})
 }
 
 // TestChainKeepsLastServing: the chain's replicas leave one by one; the last
@@ -81,7 +87,7 @@ func TestChainKeepsLastServing(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 30*time.Second)
-	chunk := ChunkID{Inode: 9}
+	chunk := chunkio.ID{Inode: 9}
 	if _, err := cl.write(ctx, chunk, 0, []byte("first"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +98,7 @@ func TestChainKeepsLastServing(t *testing.T) {
 	}
 	c.routing.SetOffline(1)
 	ch := c.routing.Routing().Chains[testChain]
-	if len(ch.Targets) != 1 || ch.Targets[0] != 1 || ch.State(1) != Offline {
+	if len(ch.Targets) != 1 || ch.Targets[0] != 1 || ch.State(1) != routing.Offline {
 		t.Fatalf("chain after every replica left: %v %v; want target 1 kept, offline", ch.Targets, ch.States)
 	}
 	short := ctxT(t, 300*time.Millisecond)
@@ -103,7 +109,7 @@ func TestChainKeepsLastServing(t *testing.T) {
 	c.rejoin(2)
 	c.rejoin(3)
 	time.Sleep(200 * time.Millisecond)
-	if st := c.routing.Routing().Chains[testChain].State(2); st != Syncing {
+	if st := c.routing.Routing().Chains[testChain].State(2); st != routing.Syncing {
 		t.Fatalf("target 2 is %v before the chain's source came back", st)
 	}
 	c.rejoin(1)
@@ -133,16 +139,16 @@ func TestRetryAppliedOnceAcrossRestart(t *testing.T) {
 	c := newCluster(t, 3)
 	a, b := c.client("a"), c.client("b")
 	ctx := ctxT(t, 20*time.Second)
-	chunk := ChunkID{Inode: 3}
+	chunk := chunkio.ID{Inode: 3}
 	copy(a.buf, "AAAA")
-	req := &storagepb.UpdateRequest{Chain: uint32(testChain), Chunk: chunk.Proto(), Length: 4, Crc: CRC([]byte("AAAA")),
+	req := &storagepb.UpdateRequest{Chain: uint32(testChain), Chunk: chunk.Proto(), Length: 4, Crc: chunkio.CRC([]byte("AAAA")),
 		Src: &storagepb.RemoteBuf{Node: string(a.mr.Remote(0, 4).Node), Key: a.mr.Key(), Len: 4}, Client: 42, Seq: 7, FullChunk: true}
 	send := func() *storagepb.UpdateReply {
 		t.Helper()
 		ch := c.routing.Routing().Chains[testChain]
 		req.ChainVer, req.Target = ch.Version, uint32(ch.Targets[0])
 		var resp storagepb.UpdateReply
-		if err := a.ep.Call(ctx, c.routing.Routing().Targets[ch.Targets[0]].Node, MethodUpdate, req, &resp); err != nil {
+		if err := a.ep.Call(ctx, c.routing.Routing().Targets[ch.Targets[0]].Node, chunkio.MethodUpdate, req, &resp); err != nil {
 			t.Fatal(err)
 		}
 		return &resp
@@ -152,7 +158,7 @@ func TestRetryAppliedOnceAcrossRestart(t *testing.T) {
 	}
 	// The head restarts: a new node on the same engine, nothing in memory.
 	c.nodes[0].Close()
-	n, err := NewNode(NodeConfig{Endpoint: c.eps[0], Routing: c.routing, Targets: map[TargetID]*Engine{1: c.engines[0]},
+	n, err := NewNode(NodeConfig{Endpoint: c.eps[0], Routing: c.routing, Targets: map[routing.TargetID]*chunkstore.Engine{1: c.engines[0]},
 		Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: c.synced})
 	if err != nil {
 		t.Fatal(err)
@@ -180,14 +186,14 @@ func TestNoNumberReusedAfterLostForward(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 30*time.Second)
-	chunk := ChunkID{Inode: 4}
+	chunk := chunkio.ID{Inode: 4}
 	if _, err := cl.write(ctx, chunk, 0, bytes.Repeat([]byte("0"), 8<<10), true); err != nil {
 		t.Fatal(err)
 	}
 	// The middle works on the forward to its end, as over TCP, though the
 	// head gives up on it; its own forward to the tail is slow.
-	c.net.Add(faulty.Rule{From: c.eps[0].ID(), To: c.eps[1].ID(), Method: MethodUpdate, Action: faulty.Detach, Count: 1})
-	c.net.Add(faulty.Rule{From: c.eps[1].ID(), To: c.eps[2].ID(), Method: MethodUpdate, Action: faulty.Delay, Delay: time.Second, Count: 1})
+	c.net.Add(faulty.Rule{From: c.eps[0].ID(), To: c.eps[1].ID(), Method: chunkio.MethodUpdate, Action: faulty.Detach, Count: 1})
+	c.net.Add(faulty.Rule{From: c.eps[1].ID(), To: c.eps[2].ID(), Method: chunkio.MethodUpdate, Action: faulty.Delay, Delay: time.Second, Count: 1})
 	cl.AttemptTimeout = 200 * time.Millisecond
 	short := ctxT(t, 300*time.Millisecond)
 	if _, err := cl.write(short, chunk, 0, []byte("XXXX"), false); err == nil {
@@ -213,7 +219,7 @@ func TestNewTailSettlesPending(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 20*time.Second)
-	chunk := ChunkID{Inode: 6}
+	chunk := chunkio.ID{Inode: 6}
 	if _, err := cl.write(ctx, chunk, 0, []byte("one"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -249,13 +255,13 @@ func TestNodeNotReadyIsRetried(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ep.Close() })
-	c.routing.Update(func(r *Routing) { r.Targets[1] = Target{ID: 1, Node: ep.ID(), State: Serving} })
+	c.routing.Update(func(r *routing.Routing) { r.Targets[1] = routing.Target{ID: 1, Node: ep.ID(), State: routing.Serving} })
 	var ready atomic.Bool
 	time.AfterFunc(300*time.Millisecond, func() {
-		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[TargetID]*Engine{1: c.engines[0]}, Logger: quiet,
+		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*chunkstore.Engine{1: c.engines[0]}, Logger: quiet,
 			Ready: func() error {
 				if !ready.Load() {
-					return fmt.Errorf("no lease yet: %w", ErrUnavailable)
+					return fmt.Errorf("no lease yet: %w", chunkio.ErrUnavailable)
 				}
 				return nil
 			}})
@@ -267,7 +273,7 @@ func TestNodeNotReadyIsRetried(t *testing.T) {
 		time.AfterFunc(300*time.Millisecond, func() { ready.Store(true) })
 	})
 	start := time.Now()
-	if _, err := cl.write(ctx, ChunkID{Inode: 1}, 0, []byte("late"), true); err != nil {
+	if _, err := cl.write(ctx, chunkio.ID{Inode: 1}, 0, []byte("late"), true); err != nil {
 		t.Fatalf("write to a starting node: %v", err)
 	}
 	if !ready.Load() || time.Since(start) < 600*time.Millisecond {
@@ -283,12 +289,12 @@ func TestBadRequestsRefused(t *testing.T) {
 	ctx := ctxT(t, 10*time.Second)
 	ch := c.routing.Routing().Chains[testChain]
 	var rr storagepb.RemoveReply
-	err := cl.ep.Call(ctx, c.eps[0].ID(), MethodRemove, &storagepb.RemoveRequest{Chain: uint32(testChain), ChainVer: ch.Version, Target: 1}, &rr)
+	err := cl.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodRemove, &storagepb.RemoveRequest{Chain: uint32(testChain), ChainVer: ch.Version, Target: 1}, &rr)
 	if !errors.Is(err, fabric.ErrBadRequest) {
 		t.Fatalf("remove without a chunk: %v", err)
 	}
 	var qr storagepb.QueryReply
-	err = cl.ep.Call(ctx, c.eps[0].ID(), MethodQuery, &storagepb.QueryRequest{Chain: uint32(testChain), ChainVer: ch.Version, Target: 1}, &qr)
+	err = cl.ep.Call(ctx, c.eps[0].ID(), chunkio.MethodQuery, &storagepb.QueryRequest{Chain: uint32(testChain), ChainVer: ch.Version, Target: 1}, &qr)
 	if !errors.Is(err, fabric.ErrBadRequest) {
 		t.Fatalf("query without a chunk: %v", err)
 	}
@@ -301,7 +307,7 @@ func TestFullTargetFailsFast(t *testing.T) {
 	cl := c.client("client")
 	ctx := ctxT(t, 10*time.Second)
 	setFull := func(full bool) {
-		c.routing.Update(func(r *Routing) {
+		c.routing.Update(func(r *routing.Routing) {
 			t := r.Targets[2]
 			t.Full = full
 			r.Targets[2] = t
@@ -309,12 +315,12 @@ func TestFullTargetFailsFast(t *testing.T) {
 	}
 	setFull(true)
 	start := time.Now()
-	_, err := cl.write(ctx, ChunkID{Inode: 1}, 0, []byte("x"), true)
-	if !errors.Is(err, ErrNoSpace) || time.Since(start) > time.Second {
+	_, err := cl.write(ctx, chunkio.ID{Inode: 1}, 0, []byte("x"), true)
+	if !errors.Is(err, chunkio.ErrNoSpace) || time.Since(start) > time.Second {
 		t.Fatalf("write to a chain with a full target: %v after %v", err, time.Since(start))
 	}
 	setFull(false)
-	if _, err := cl.write(ctx, ChunkID{Inode: 1}, 0, []byte("x"), true); err != nil {
+	if _, err := cl.write(ctx, chunkio.ID{Inode: 1}, 0, []byte("x"), true); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -327,7 +333,7 @@ func TestResyncClearsStalePending(t *testing.T) {
 	c := newCluster(t, 3)
 	cl := c.client("client")
 	ctx := ctxT(t, 20*time.Second)
-	chunk := ChunkID{Inode: 8}
+	chunk := chunkio.ID{Inode: 8}
 	if _, err := cl.write(ctx, chunk, 0, []byte("committed"), true); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +343,7 @@ func TestResyncClearsStalePending(t *testing.T) {
 	c.routing.SetOffline(3)
 	c.rejoin(3)
 	deadline := time.Now().Add(20 * time.Second)
-	for c.routing.Routing().Chains[testChain].State(3) != Serving {
+	for c.routing.Routing().Chains[testChain].State(3) != routing.Serving {
 		if time.Now().After(deadline) {
 			t.Fatal("target 3 never synced")
 		}
@@ -352,28 +358,25 @@ func TestResyncClearsStalePending(t *testing.T) {
 }
 
 // TestTornPendingDropped: a pending version whose bytes did not survive (a
-// power loss before its sync) is dropped when the head settles it, never
-// committed, and the next update goes through.
+// power loss before its sync: acted out by a disk that loses its writes) is
+// dropped when the head settles it, never committed, and the next update
+// goes through.
 func TestTornPendingDropped(t *testing.T) {
-	c := newCluster(t, 1)
+	ffs := chunkstoretest.NewFaultFS(chunkstore.OSFS{})
+	c := newClusterOn(t, 1, chunkstore.EngineConfig{FS: ffs})
 	cl := c.client("client")
 	ctx := ctxT(t, 10*time.Second)
-	chunk := ChunkID{Inode: 2}
+	chunk := chunkio.ID{Inode: 2}
 	if _, err := cl.write(ctx, chunk, 0, bytes.Repeat([]byte("a"), 8<<10), true); err != nil {
 		t.Fatal(err)
 	}
 	e := c.engines[0]
-	v, err := e.Prepare(chunk, 2, 0, bytes.Repeat([]byte("b"), 8<<10), true, 1)
+	ffs.Inject(chunkstoretest.Fault{Op: "write", LoseWrites: true}) // torn
+	_, err := e.Prepare(chunk, 2, 0, bytes.Repeat([]byte("b"), 8<<10), true, 1)
+	ffs.Clear()
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _, err := e.fs.OpenWrite(join(e.chunks, chunk.fileName(v.Slot)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.WriteAt(bytes.Repeat([]byte("?"), 100), 5000) // torn
-	f.Close()
-	e.files.evict(fileKey{chunk, v.Slot})
 	if ver, err := cl.write(ctx, chunk, 0, []byte("c"), false); err != nil || ver != 2 {
 		t.Fatalf("write after a torn pending version: version %d, %v", ver, err)
 	}

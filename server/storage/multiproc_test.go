@@ -10,11 +10,21 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+	"github.com/sluicefs/sluice/server/chunkstore"
+
+	"github.com/sluicefs/sluice/routing"
+
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/fabric/tcp"
 	"github.com/sluicefs/sluice/internal/testproc"
 )
+
+// TestMain runs this binary's child processes: storage nodes.
+func TestMain(m *testing.M) {
+	testproc.Main(m, map[string]func(string) error{"storage-node": nodeChild})
+}
 
 // Storage nodes as child processes: this test binary, in role
 // "storage-node" with a nodeChildConfig, runs one node until killed.
@@ -22,7 +32,7 @@ type nodeChildConfig struct {
 	Listen  string
 	Dir     string
 	Routing string
-	Target  TargetID
+	Target  routing.TargetID
 	Secret  string
 }
 
@@ -39,17 +49,17 @@ func nodeChild(cfgJSON string) error {
 	if err != nil {
 		return err
 	}
-	e, err := OpenEngine(EngineConfig{Dir: cfg.Dir})
+	e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: cfg.Dir})
 	if err != nil {
 		return err
 	}
-	routing, err := NewFileRouting(cfg.Routing, 20*time.Millisecond)
+	rt, err := routing.NewFileRouting(cfg.Routing, 20*time.Millisecond)
 	if err != nil {
 		return err
 	}
-	_, err = NewNode(NodeConfig{Endpoint: ep, Routing: routing, Targets: map[TargetID]*Engine{cfg.Target: e},
+	_, err = NewNode(NodeConfig{Endpoint: ep, Routing: rt, Targets: map[routing.TargetID]*chunkstore.Engine{cfg.Target: e},
 		Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 500 * time.Millisecond, Logger: quiet,
-		OnSynced: func(chain ChainID, target TargetID, _ uint64) error {
+		OnSynced: func(chain routing.ChainID, target routing.TargetID, _ uint64) error {
 			fmt.Printf("synced %d %d\n", chain, target)
 			return nil
 		}})
@@ -76,27 +86,27 @@ func TestMultiProcess(t *testing.T) {
 	dir := t.TempDir()
 	routingPath := filepath.Join(dir, "routing.json")
 	const secret = "multi-process secret"
-	r := &Routing{Version: 1, Chains: map[ChainID]Chain{}, Targets: map[TargetID]Target{}}
-	chain := Chain{ID: testChain, Version: 1}
-	cfgs := map[TargetID]nodeChildConfig{}
-	for i := TargetID(1); i <= 3; i++ {
+	r := &routing.Routing{Version: 1, Chains: map[routing.ChainID]routing.Chain{}, Targets: map[routing.TargetID]routing.Target{}}
+	chain := routing.Chain{ID: testChain, Version: 1}
+	cfgs := map[routing.TargetID]nodeChildConfig{}
+	for i := routing.TargetID(1); i <= 3; i++ {
 		addr := testproc.FreeAddr(t)
-		r.Targets[i] = Target{ID: i, Node: fabric.NodeID(addr), State: Serving}
+		r.Targets[i] = routing.Target{ID: i, Node: fabric.NodeID(addr), State: routing.Serving}
 		chain.Targets = append(chain.Targets, i)
 		cfgs[i] = nodeChildConfig{Listen: addr, Dir: filepath.Join(dir, fmt.Sprint(i)), Routing: routingPath, Target: i, Secret: secret}
 	}
 	r.Chains[testChain] = chain
-	if err := WriteRoutingFile(routingPath, r); err != nil {
+	if err := routing.WriteRoutingFile(routingPath, r); err != nil {
 		t.Fatal(err)
 	}
-	children := map[TargetID]*testproc.Proc{}
-	for i := TargetID(1); i <= 3; i++ {
+	children := map[routing.TargetID]*testproc.Proc{}
+	for i := routing.TargetID(1); i <= 3; i++ {
 		children[i] = startNode(t, cfgs[i])
 	}
-	update := func(fn func(*Routing)) {
+	update := func(fn func(*routing.Routing)) {
 		r = r.Next()
 		fn(r)
-		if err := WriteRoutingFile(routingPath, r); err != nil {
+		if err := routing.WriteRoutingFile(routingPath, r); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -107,14 +117,14 @@ func TestMultiProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ep.Close()
-	routing, err := NewFileRouting(routingPath, 20*time.Millisecond)
+	rt, err := routing.NewFileRouting(routingPath, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer routing.Close()
+	defer rt.Close()
 	buf := make([]byte, 2<<20)
 	mr, _ := ep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
-	cl := &testClient{Client: NewClient(ep, routing), buf: buf, mr: mr}
+	cl := &testClient{Client: chunkio.NewClient(ep, rt), buf: buf, mr: mr}
 	cl.AttemptTimeout = time.Second
 
 	ctx := ctxT(t, 120*time.Second)
@@ -124,7 +134,7 @@ func TestMultiProcess(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		for i := 1; i <= writes; i++ {
-			if _, err := cl.write(ctx, ChunkID{Inode: 500, Index: uint32(i % chunks)}, 0, value(i), true); err != nil {
+			if _, err := cl.write(ctx, chunkio.ID{Inode: 500, Index: uint32(i % chunks)}, 0, value(i), true); err != nil {
 				done <- fmt.Errorf("write %d: %w", i, err)
 				return
 			}
@@ -144,10 +154,10 @@ func TestMultiProcess(t *testing.T) {
 	waitFor(60)
 	children[2].Cmd.Process.Kill() // SIGKILL
 	children[2].Cmd.Wait()
-	update(func(r *Routing) { r.SetOffline(2) })
+	update(func(r *routing.Routing) { r.SetOffline(2) })
 	waitFor(120)
 	children[2] = startNode(t, cfgs[2])
-	update(func(r *Routing) { r.Rejoin(testChain, 2) })
+	update(func(r *routing.Routing) { r.Rejoin(testChain, 2) })
 	select {
 	case l := <-children[3].Lines:
 		if l != fmt.Sprintf("synced %d %d", testChain, 2) {
@@ -156,17 +166,17 @@ func TestMultiProcess(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("target 2 never synced")
 	}
-	update(func(r *Routing) { r.SetServing(testChain, 2) })
+	update(func(r *routing.Routing) { r.SetServing(testChain, 2) })
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && routing.Routing().Version != r.Version; {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline) && rt.Routing().Version != r.Version; {
 		time.Sleep(10 * time.Millisecond)
 	}
 	for c := 0; c < chunks; c++ {
 		last := writes - (writes-c)%chunks
 		for replica := 0; replica < 3; replica++ {
-			got, _, err := cl.read(ctx, ChunkID{Inode: 500, Index: uint32(c)}, 0, 64<<10)
+			got, _, err := cl.read(ctx, chunkio.ID{Inode: 500, Index: uint32(c)}, 0, 64<<10)
 			if err != nil {
 				t.Fatalf("chunk %d: %v", c, err)
 			}
@@ -175,7 +185,7 @@ func TestMultiProcess(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(fmt.Sprint(routing.Routing().Chains[testChain].Targets), "2") {
+	if !strings.Contains(fmt.Sprint(rt.Routing().Chains[testChain].Targets), "2") {
 		t.Fatal("target 2 not back in the chain")
 	}
 }

@@ -7,6 +7,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
+
+	"github.com/sluicefs/sluice/routing"
+
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/proto/storagepb"
 )
@@ -30,13 +34,13 @@ const (
 )
 
 type syncKey struct {
-	chain  ChainID
-	target TargetID
+	chain  routing.ChainID
+	target routing.TargetID
 }
 
 // servingTail is the last serving target of c: the one whose committed
 // versions are the chain's (a syncing target after it may lag).
-func servingTail(c Chain) TargetID {
+func servingTail(c routing.Chain) routing.TargetID {
 	if s := c.Serving(); len(s) > 0 {
 		return s[len(s)-1]
 	}
@@ -53,7 +57,7 @@ func (n *Node) watchRouting() {
 		for _, c := range r.Chains {
 			for i := 1; i < len(c.Targets); i++ {
 				succ, pred := c.Targets[i], c.Targets[i-1]
-				if c.State(succ) != Syncing || n.cfg.Targets[pred] == nil || c.State(pred) != Serving {
+				if c.State(succ) != routing.Syncing || n.cfg.Targets[pred] == nil || c.State(pred) != routing.Serving {
 					continue
 				}
 				n.startSync(c.ID, pred, succ)
@@ -67,7 +71,7 @@ func (n *Node) watchRouting() {
 	}
 }
 
-func (n *Node) startSync(chain ChainID, self, succ TargetID) {
+func (n *Node) startSync(chain routing.ChainID, self, succ routing.TargetID) {
 	k := syncKey{chain, succ}
 	n.syncMu.Lock()
 	defer n.syncMu.Unlock()
@@ -107,12 +111,12 @@ var errSyncNotNeeded = errors.New("target no longer syncing behind us")
 
 // syncTarget brings succ in line with self's committed chunks of the
 // chain, and returns the chain's version it did so at.
-func (n *Node) syncTarget(ctx context.Context, chainID ChainID, self, succ TargetID) (uint64, error) {
+func (n *Node) syncTarget(ctx context.Context, chainID routing.ChainID, self, succ routing.TargetID) (uint64, error) {
 	chain, node, err := n.syncRoute(chainID, self, succ)
 	if err != nil {
 		return 0, err
 	}
-	theirs := map[ChunkID]*storagepb.SyncEntry{}
+	theirs := map[chunkio.ID]*storagepb.SyncEntry{}
 	var after *storagepb.ChunkID
 	for {
 		var page storagepb.SyncListReply
@@ -121,15 +125,15 @@ func (n *Node) syncTarget(ctx context.Context, chainID ChainID, self, succ Targe
 			return 0, fmt.Errorf("list target %d: %w", succ, err)
 		}
 		for _, e := range page.Entries {
-			theirs[ChunkFromProto(e.Chunk)] = e
+			theirs[chunkio.FromProto(e.Chunk)] = e
 			after = e.Chunk
 		}
 		if !page.More {
 			break
 		}
 	}
-	var ids []ChunkID
-	if err := n.cfg.Targets[self].Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
+	var ids []chunkio.ID
+	if err := n.cfg.Targets[self].Chunks(func(id chunkio.ID, m *storagepb.ChunkMeta) bool {
 		if m.Chain == uint32(chainID) {
 			ids = append(ids, id)
 		}
@@ -155,25 +159,25 @@ func (n *Node) syncTarget(ctx context.Context, chainID ChainID, self, succ Targe
 		return 0, err
 	}
 	if now.Version != chain.Version {
-		return 0, fmt.Errorf("chain %d moved from version %d to %d during the resync of target %d: %w", chainID, chain.Version, now.Version, succ, ErrStaleChainVersion)
+		return 0, fmt.Errorf("chain %d moved from version %d to %d during the resync of target %d: %w", chainID, chain.Version, now.Version, succ, chunkio.ErrStaleChainVersion)
 	}
 	return chain.Version, nil
 }
 
 // syncRoute checks that succ still syncs right behind self.
-func (n *Node) syncRoute(chainID ChainID, self, succ TargetID) (Chain, fabric.NodeID, error) {
+func (n *Node) syncRoute(chainID routing.ChainID, self, succ routing.TargetID) (routing.Chain, fabric.NodeID, error) {
 	r := n.routing.Routing()
 	c := r.Chains[chainID]
 	i := slices.Index(c.Targets, self)
-	if i < 0 || i+1 >= len(c.Targets) || c.Targets[i+1] != succ || c.State(succ) != Syncing || c.State(self) != Serving {
-		return Chain{}, "", errSyncNotNeeded
+	if i < 0 || i+1 >= len(c.Targets) || c.Targets[i+1] != succ || c.State(succ) != routing.Syncing || c.State(self) != routing.Serving {
+		return routing.Chain{}, "", errSyncNotNeeded
 	}
 	return c, r.Targets[succ].Node, nil
 }
 
 // syncChunk makes succ's copy of id match self's committed version (or
 // removes it), under the chunk's lock.
-func (n *Node) syncChunk(ctx context.Context, chainID ChainID, self, succ TargetID, id ChunkID, theirs *storagepb.SyncEntry) error {
+func (n *Node) syncChunk(ctx context.Context, chainID routing.ChainID, self, succ routing.TargetID, id chunkio.ID, theirs *storagepb.SyncEntry) error {
 	unlock := n.chunks.lock(lockKey{self, id})
 	defer unlock()
 	chain, node, err := n.syncRoute(chainID, self, succ)
@@ -214,7 +218,7 @@ func (n *Node) syncChunk(ctx context.Context, chainID ChainID, self, succ Target
 		if err != nil {
 			return err
 		}
-		req.Ver, req.Length, req.Crc, req.Src = v.Ver, uint32(got), CRC(buf[:got]), n.remote(slot, uint32(got))
+		req.Ver, req.Length, req.Crc, req.Src = v.Ver, uint32(got), chunkio.CRC(buf[:got]), n.remote(slot, uint32(got))
 		req.Applied = m.Applied
 	}
 	var resp storagepb.SyncWriteReply
@@ -232,12 +236,12 @@ func (n *Node) syncList(ctx context.Context, peer fabric.NodeID, req *storagepb.
 	}
 	limit := int(min(max(req.Limit, 1), 4096))
 	reply := &storagepb.SyncListReply{}
-	var after *ChunkID
+	var after *chunkio.ID
 	if req.After != nil {
-		a := ChunkFromProto(req.After)
+		a := chunkio.FromProto(req.After)
 		after = &a
 	}
-	err = e.Chunks(func(id ChunkID, m *storagepb.ChunkMeta) bool {
+	err = e.Chunks(func(id chunkio.ID, m *storagepb.ChunkMeta) bool {
 		if after != nil && (id.Inode < after.Inode || id.Inode == after.Inode && id.Index <= after.Index) {
 			return true
 		}
@@ -269,7 +273,7 @@ func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb
 		if m, err := e.Meta(id); err != nil || m.Chain != req.Chain {
 			return &storagepb.SyncWriteReply{}, err // not this chain's chunk: left alone
 		}
-		unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
+		unlock := n.chunks.lock(lockKey{routing.TargetID(req.Target), id})
 		defer unlock()
 		return &storagepb.SyncWriteReply{}, e.Remove(id)
 	}
@@ -278,10 +282,10 @@ func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb
 		return nil, fmt.Errorf("sync of chunk %v: %w", id, err)
 	}
 	defer func() { n.free <- slot }()
-	if CRC(data) != req.Crc {
-		return nil, fmt.Errorf("sync of chunk %v: pulled bytes: %w", id, ErrChecksum)
+	if chunkio.CRC(data) != req.Crc {
+		return nil, fmt.Errorf("sync of chunk %v: pulled bytes: %w", id, chunkio.ErrChecksum)
 	}
-	unlock := n.chunks.lock(lockKey{TargetID(req.Target), id})
+	unlock := n.chunks.lock(lockKey{routing.TargetID(req.Target), id})
 	defer unlock()
 	return &storagepb.SyncWriteReply{}, e.Replace(id, req.Chain, req.Ver, data, req.Applied)
 }

@@ -1,0 +1,105 @@
+package auth_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sluicefs/sluice/auth"
+	"github.com/sluicefs/sluice/rpc"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+)
+
+// selfSigned writes a certificate for 127.0.0.1 and its key.
+func selfSigned(t *testing.T) (certFile, keyFile string) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice-test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, DNSNames: []string{"sluice.test"},
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IsCA: true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kd, _ := x509.MarshalECPrivateKey(key)
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
+	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}), 0o600)
+	return certFile, keyFile
+}
+
+// TestTLSAndToken: a TLS server with the token check answers a client that
+// trusts its certificate and brings the token; plaintext and tokenless
+// clients are refused.
+func TestTLSAndToken(t *testing.T) {
+	certFile, keyFile := selfSigned(t)
+	creds, err := rpc.ServerTLS(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unary, stream := auth.TokenAuth("secret-token")
+	gs := grpc.NewServer(grpc.Creds(creds), grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
+	healthpb.RegisterHealthServer(gs, health.NewServer())
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go gs.Serve(ln)
+	defer gs.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	ccreds, err := rpc.ClientTLS(certFile, "sluice.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(opts ...grpc.DialOption) error {
+		conn, err := grpc.NewClient(ln.Addr().String(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := check(grpc.WithTransportCredentials(ccreds), auth.Credentials("secret-token")); err != nil {
+		t.Fatalf("TLS call with the token: %v", err)
+	}
+	if err := check(grpc.WithTransportCredentials(ccreds)); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("TLS call without the token: %v", err)
+	}
+	if err := check(grpc.WithTransportCredentials(ccreds), auth.Credentials("wrong")); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("TLS call with a wrong token: %v", err)
+	}
+	if err := check(grpc.WithTransportCredentials(insecure.NewCredentials()), auth.Credentials("secret-token")); err == nil {
+		t.Fatal("plaintext call to a TLS server succeeded")
+	}
+	if _, err := rpc.ClientTLS(keyFile, "x"); err == nil {
+		t.Fatal("a key file was accepted as a CA")
+	}
+	if _, err := rpc.ServerTLS(certFile, certFile); err == nil {
+		t.Fatal("a certificate was accepted as a key")
+	}
+}

@@ -1,0 +1,169 @@
+package dataset
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+)
+
+// arrowFiles imports Parquet or Arrow IPC files through Arrow record batches.
+func (im *importer) arrowFiles(format string, files []string) error {
+	for _, p := range files {
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		err = readArrowFile(im.ctx, format, p, func(rec arrow.RecordBatch) error {
+			if im.w == nil {
+				cols, err := columnsOf(rec.Schema())
+				if err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
+				if err := im.create(cols, nil, format); err != nil {
+					return err
+				}
+			} else if !sameColumns(im.w.m.Columns, rec.Schema()) {
+				return fmt.Errorf("%s: schema %v differs from the first file's", p, rec.Schema())
+			}
+			vals := make([]any, rec.NumCols())
+			for r := 0; r < int(rec.NumRows()); r++ {
+				for c := range vals {
+					v, err := arrowValue(rec.Column(c), r)
+					if err != nil {
+						return fmt.Errorf("%s: row %d column %s: %w", p, r, rec.ColumnName(c), err)
+					}
+					vals[c] = v
+				}
+				if err := im.w.Add(vals...); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		im.progress(st.Size())
+	}
+	return nil
+}
+
+// readArrowFile calls fn with each record batch of file p: Parquet (see
+// parquetRecords), or an Arrow IPC file or stream.
+func readArrowFile(ctx context.Context, format, p string, fn func(arrow.RecordBatch) error) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var rr array.RecordReader
+	switch format {
+	case "parquet":
+		r, closeParquet, err := parquetRecords(ctx, f, p)
+		if err != nil {
+			return err
+		}
+		defer closeParquet()
+		rr = r
+	default:
+		if fr, err := ipc.NewFileReader(f); err == nil {
+			defer fr.Close()
+			for i := 0; i < fr.NumRecords(); i++ {
+				rec, err := fr.RecordBatch(i)
+				if err != nil {
+					return fmt.Errorf("%s: %w", p, err)
+				}
+				if err := fn(rec); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			return err
+		}
+		r, err := ipc.NewReader(f)
+		if err != nil {
+			return fmt.Errorf("%s: neither an Arrow IPC file nor a stream: %w", p, err)
+		}
+		rr = r
+	}
+	defer rr.Release()
+	for rr.Next() {
+		if err := fn(rr.RecordBatch()); err != nil {
+			return err
+		}
+	}
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("%s: %w", p, err)
+	}
+	return nil
+}
+
+var fromArrow = map[arrow.Type]Type{
+	arrow.BINARY: Binary, arrow.LARGE_BINARY: Binary, arrow.STRING: String, arrow.LARGE_STRING: String,
+	arrow.INT8: Int8, arrow.INT16: Int16, arrow.INT32: Int32, arrow.INT64: Int64,
+	arrow.UINT8: Uint8, arrow.UINT16: Uint16, arrow.UINT32: Uint32, arrow.UINT64: Uint64,
+	arrow.FLOAT32: Float32, arrow.FLOAT64: Float64,
+}
+
+func columnsOf(s *arrow.Schema) ([]Column, error) {
+	var cols []Column
+	for _, f := range s.Fields() {
+		t, ok := fromArrow[f.Type.ID()]
+		if !ok {
+			return nil, fmt.Errorf("column %s has type %s; supported: binary, string, integers, floats", f.Name, f.Type)
+		}
+		cols = append(cols, Column{f.Name, t})
+	}
+	return cols, nil
+}
+
+func sameColumns(cols []Column, s *arrow.Schema) bool {
+	got, err := columnsOf(s)
+	return err == nil && slices.Equal(got, cols)
+}
+
+func arrowValue(col arrow.Array, r int) (any, error) {
+	if col.IsNull(r) {
+		return nil, fmt.Errorf("null (nulls are not supported)")
+	}
+	switch a := col.(type) {
+	case *array.Binary:
+		return a.Value(r), nil
+	case *array.LargeBinary:
+		return a.Value(r), nil
+	case *array.String:
+		return a.Value(r), nil
+	case *array.LargeString:
+		return a.Value(r), nil
+	case *array.Int8:
+		return a.Value(r), nil
+	case *array.Int16:
+		return a.Value(r), nil
+	case *array.Int32:
+		return a.Value(r), nil
+	case *array.Int64:
+		return a.Value(r), nil
+	case *array.Uint8:
+		return a.Value(r), nil
+	case *array.Uint16:
+		return a.Value(r), nil
+	case *array.Uint32:
+		return a.Value(r), nil
+	case *array.Uint64:
+		return a.Value(r), nil
+	case *array.Float32:
+		return a.Value(r), nil
+	case *array.Float64:
+		return a.Value(r), nil
+	}
+	return nil, fmt.Errorf("type %s not supported", col.DataType())
+}
