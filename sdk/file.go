@@ -61,6 +61,11 @@ func (f *File) chain(index uint64) routing.ChainID {
 	return routing.ChainID(fsmeta.ChunkChain(f.chains, f.in.Layout, f.in.Ino, index))
 }
 
+// ChunkChain is the chain that holds the file's chunk index: its layout
+// over the chain table as the file was opened (what an operator checking
+// placement, or a test, compares a target's chunks against).
+func (f *File) ChunkChain(index uint32) routing.ChainID { return f.chain(uint64(index)) }
+
 func (f *File) chunk(index uint64) chunkio.ID {
 	return chunkio.ID{Inode: f.in.Ino, Index: uint32(index)}
 }

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/storage"
 )
 
 func TestValueRoundTrip(t *testing.T) {
@@ -151,7 +151,7 @@ func TestCheckReplicas(t *testing.T) {
 		{Id: 1, Targets: []uint32{1, 2, 3}},
 		{Id: 2, Targets: []uint32{2, 3, 4}},
 	}}
-	x, y := storage.ChunkID{Inode: 5, Index: 0}, storage.ChunkID{Inode: 5, Index: 1}
+	x, y := chunkio.ID{Inode: 5, Index: 0}, chunkio.ID{Inode: 5, Index: 1}
 	good := func() map[uint32]TargetChunks {
 		st1 := ChunkState{Chain: 1, Committed: true, Ver: 3, Length: 4096, CRC: 0xabc}
 		st2 := ChunkState{Chain: 2, Committed: true, Ver: 7, Length: 8192, CRC: 0xdef}
@@ -162,7 +162,7 @@ func TestCheckReplicas(t *testing.T) {
 			4: {y: st2},
 		}
 	}
-	expect := func(id storage.ChunkID) (uint32, bool) { return 1 + id.Index, true }
+	expect := func(id chunkio.ID) (uint32, bool) { return 1 + id.Index, true }
 	if p := CheckReplicas(m, good(), expect); len(p) != 0 {
 		t.Fatalf("identical replicas: %v", p)
 	}

@@ -21,9 +21,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/rpc"
+	"github.com/sluicefs/sluice/rpc"
 )
 
 // ClusterConfig describes the cluster under test. Zero fields take the
@@ -172,7 +173,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		c.mounts = append(c.mounts, dir)
 	}
 	var err error
-	if c.admin, err = rpc.Dial(cluster); err != nil {
+	if c.admin, err = rpc.Dial(cluster, auth.Credentials(c.Token)); err != nil {
 		return fail(fmt.Errorf("start cluster: %w", err))
 	}
 	for _, p := range c.Metas {
@@ -228,7 +229,7 @@ func (c *Cluster) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), auth.Credentials(c.Token))
 	if err != nil {
 		return nil, err
 	}
@@ -246,7 +247,7 @@ func (c *Cluster) Leader(ctx context.Context) (*Proc, error) {
 		if err != nil {
 			continue
 		}
-		cctx, cancel := context.WithTimeout(rpc.WithToken(ctx, c.Token), time.Second)
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
 		st, err := metapb.NewMetaClient(cc).Status(cctx, &metapb.StatusRequest{})
 		cancel()
 		if err == nil && st.State == "Leader" {
@@ -269,7 +270,7 @@ func (c *Cluster) ClusterMap(ctx context.Context) (*mgmtdpb.ClusterMap, error) {
 			errs = append(errs, err)
 			continue
 		}
-		cctx, cancel := context.WithTimeout(rpc.WithToken(ctx, c.Token), 2*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		m, err := mgmtdpb.NewMgmtdClient(cc).GetClusterMap(cctx, &mgmtdpb.Empty{})
 		cancel()
 		if err != nil {

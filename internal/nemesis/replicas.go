@@ -6,9 +6,10 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/proto/storagepb"
-	"github.com/sluicefs/sluice/server/storage"
+	"github.com/sluicefs/sluice/server/chunkstore"
 )
 
 // ChunkState is what a target's records say of one chunk.
@@ -28,17 +29,17 @@ func (c ChunkState) String() string {
 }
 
 // TargetChunks is every chunk a target holds.
-type TargetChunks map[storage.ChunkID]ChunkState
+type TargetChunks map[chunkio.ID]ChunkState
 
 // LoadTarget opens a stopped target's directory and reads its chunk
 // records. maxChunk must be at least the chunk size the node ran with.
 func LoadTarget(dir string, maxChunk int) (TargetChunks, error) {
-	e, err := storage.OpenEngine(storage.EngineConfig{Dir: dir, MaxChunkSize: maxChunk})
+	e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: dir, MaxChunkSize: maxChunk})
 	if err != nil {
 		return nil, fmt.Errorf("open target %s: %w", dir, err)
 	}
 	out := TargetChunks{}
-	err = e.Chunks(func(id storage.ChunkID, m *storagepb.ChunkMeta) bool {
+	err = e.Chunks(func(id chunkio.ID, m *storagepb.ChunkMeta) bool {
 		st := ChunkState{Chain: m.GetChain()}
 		if c := m.GetCommitted(); c != nil {
 			st.Committed, st.Ver, st.Length, st.CRC = true, c.Ver, c.Length, c.Crc
@@ -65,7 +66,7 @@ func TargetDir(nodeDir string, id uint32) string {
 // committed version, length and CRC; every chunk names a chain and lives
 // only on targets of it; and, where expect knows a chunk's chain (the
 // chunks of the workload's files), the chain is that one.
-func CheckReplicas(m *mgmtdpb.ClusterMap, targets map[uint32]TargetChunks, expect func(storage.ChunkID) (uint32, bool)) []string {
+func CheckReplicas(m *mgmtdpb.ClusterMap, targets map[uint32]TargetChunks, expect func(chunkio.ID) (uint32, bool)) []string {
 	var problems []string
 	chains := map[uint32][]uint32{}
 	for _, c := range m.GetChains() {
@@ -79,9 +80,9 @@ func CheckReplicas(m *mgmtdpb.ClusterMap, targets map[uint32]TargetChunks, expec
 	// A chunk's chain is the one its record names; a record that names
 	// none is reported, and where its file places it that chain stands in,
 	// so that the replicas are still compared.
-	chainOf := map[uint32]map[storage.ChunkID]uint32{}
+	chainOf := map[uint32]map[chunkio.ID]uint32{}
 	for _, tid := range ids {
-		chainOf[tid] = map[storage.ChunkID]uint32{}
+		chainOf[tid] = map[chunkio.ID]uint32{}
 		for cid, st := range targets[tid] {
 			want, known := expect(cid)
 			eff := st.Chain
@@ -109,10 +110,10 @@ func CheckReplicas(m *mgmtdpb.ClusterMap, targets map[uint32]TargetChunks, expec
 	for _, cid := range cids {
 		members := chains[cid]
 		// Each replica's chunks of this chain.
-		per := make([]map[storage.ChunkID]ChunkState, len(members))
-		all := map[storage.ChunkID]bool{}
+		per := make([]map[chunkio.ID]ChunkState, len(members))
+		all := map[chunkio.ID]bool{}
 		for i, tid := range members {
-			per[i] = map[storage.ChunkID]ChunkState{}
+			per[i] = map[chunkio.ID]ChunkState{}
 			tc, ok := targets[tid]
 			if !ok {
 				problems = append(problems, fmt.Sprintf("chain %d: target %d's records were not read", cid, tid))
@@ -125,7 +126,7 @@ func CheckReplicas(m *mgmtdpb.ClusterMap, targets map[uint32]TargetChunks, expec
 				}
 			}
 		}
-		chunks := make([]storage.ChunkID, 0, len(all))
+		chunks := make([]chunkio.ID, 0, len(all))
 		for id := range all {
 			chunks = append(chunks, id)
 		}

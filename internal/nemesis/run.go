@@ -15,8 +15,8 @@ import (
 
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
-	"github.com/sluicefs/sluice/server/storage"
 )
 
 // Config is one run. Zero fields take the defaults in brackets.
@@ -302,13 +302,7 @@ func Run(ctx context.Context, cfg Config) (rep *Report, err error) {
 		b, _ := protojson.MarshalOptions{Multiline: true}.Marshal(m)
 		os.WriteFile(filepath.Join(cfg.Dir, "final-map.json"), b, 0o644)
 	}
-	var table []uint32
-	for _, t := range m.GetTables() {
-		if t.Id == 1 {
-			table = t.Chains
-		}
-	}
-	expect := w.ChunkChain(table) // before Close, which lets go of the files
+	expect := w.ChunkChain() // before Close, which lets go of the files
 	w.Close()
 	if err := c.Stop(20 * time.Second); err != nil {
 		rep.Errors = append(rep.Errors, fmt.Sprintf("clean stop: %v", err))
@@ -337,7 +331,7 @@ func (cc ClusterConfig) ChunkSizeOrDefault() int {
 // checkOffline reads every target of the stopped cluster and compares
 // the replicas of each chain under the final map m; expect places the
 // workload's chunks.
-func checkOffline(c *Cluster, m *mgmtdpb.ClusterMap, expect func(storage.ChunkID) (uint32, bool), chunkSize int) []string {
+func checkOffline(c *Cluster, m *mgmtdpb.ClusterMap, expect func(chunkio.ID) (uint32, bool), chunkSize int) []string {
 	if m == nil {
 		return []string{"no final cluster map"}
 	}

@@ -9,10 +9,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sluicefs/sluice/proto/metapb"
+	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/sdk"
-	"github.com/sluicefs/sluice/server/meta"
-	"github.com/sluicefs/sluice/server/storage"
 )
 
 // WorkloadConfig shapes the workload. Zero fields take the defaults in
@@ -268,25 +266,22 @@ func (w *Workload) FinalReads(ctx context.Context, reads, tries int) int {
 	return missing
 }
 
-// ChunkChain is the chain the workload's chunk id belongs to, given the
-// chain table's chains; false for a chunk of no workload file.
-func (w *Workload) ChunkChain(table []uint32) func(storage.ChunkID) (uint32, bool) {
-	inodes := map[uint64]*sdk.File{}
+// ChunkChain is the chain the workload's chunk id belongs to, by its
+// file's layout (the chain table is the one the files were opened with);
+// false for a chunk of no workload file.
+func (w *Workload) ChunkChain() func(chunkio.ID) (uint32, bool) {
+	files := map[uint64]*sdk.File{}
 	if len(w.files) > 0 {
 		for _, f := range w.files[0] {
-			inodes[f.Inode().Ino] = f
+			files[f.Inode().Ino()] = f
 		}
 	}
-	layouts := map[uint64]*metapb.Layout{}
-	for ino, f := range inodes {
-		layouts[ino] = f.Inode().Layout
-	}
-	return func(id storage.ChunkID) (uint32, bool) {
-		l, ok := layouts[id.Inode]
-		if !ok || len(table) == 0 {
+	return func(id chunkio.ID) (uint32, bool) {
+		f, ok := files[id.Inode]
+		if !ok {
 			return 0, false
 		}
-		return meta.ChunkChain(table, l, id.Inode, uint64(id.Index)), true
+		return uint32(f.ChunkChain(id.Index)), true
 	}
 }
 
