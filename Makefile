@@ -35,11 +35,14 @@ pytest: build python
 VERBS ?= auto
 HAVE_VERBS := $(shell test -f /usr/include/infiniband/verbs.h && echo yes)
 
+# staticcheck is a Go tool pinned in go.mod (go get -tool ...@version).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 ifeq ($(HAVE_VERBS),yes)
 	$(GO) vet -tags verbs ./...
+	$(GO) tool staticcheck -tags verbs ./fabric/verbs/
 else ifeq ($(VERBS),required)
 	@echo "libibverbs-dev is not installed (apt-get install libibverbs-dev)"; exit 1
 else

@@ -62,15 +62,6 @@ func statusError(s wcStatus) error {
 	return fmt.Errorf("%w: work completion status %d", fabric.ErrPeerClosed, s)
 }
 
-// completion is one work completion as the poller hands it over.
-type completion struct {
-	wrID    uint64
-	status  wcStatus
-	byteLen uint32
-	qpNum   uint32
-	recv    bool // a receive (SRQ) completion rather than a send-queue one
-}
-
 // waiter is an operation waiting for its completion.
 type waiter struct {
 	done chan error // buffered, 1
@@ -111,17 +102,18 @@ func (c *completions) forget(id uint64) {
 	c.mu.Unlock()
 }
 
-// complete delivers a completion; it reports false for an id nobody waits
-// for (a bug, or an unsignaled request's error surfacing).
-func (c *completions) complete(wc completion) bool {
+// complete delivers the completion of work request id with status s; it
+// reports false for an id nobody waits for (a bug, or an unsignaled
+// request's error surfacing).
+func (c *completions) complete(id uint64, s wcStatus) bool {
 	c.mu.Lock()
-	w := c.waiting[wc.wrID]
-	delete(c.waiting, wc.wrID)
+	w := c.waiting[id]
+	delete(c.waiting, id)
 	c.mu.Unlock()
 	if w == nil {
 		return false
 	}
-	w.done <- statusError(wc.status)
+	w.done <- statusError(s)
 	return true
 }
 

@@ -25,7 +25,7 @@ func TestCompletionsDemultiplex(t *testing.T) {
 		if i%10 == 3 {
 			st = wcRemAccessErr
 		}
-		if !c.complete(completion{wrID: ids[i], status: st}) {
+		if !c.complete(ids[i], st) {
 			t.Fatalf("completion %d had no waiter", i)
 		}
 	}
@@ -39,7 +39,7 @@ func TestCompletionsDemultiplex(t *testing.T) {
 			t.Fatalf("op %d: %v", i, err)
 		}
 	}
-	if c.complete(completion{wrID: ids[0]}) {
+	if c.complete(ids[0], wcSuccess) {
 		t.Fatal("a completion was delivered twice")
 	}
 	if c.pending() != 0 {

@@ -6,6 +6,15 @@ import (
 	"runtime"
 )
 
+// completion is one work completion as the poller hands it over.
+type completion struct {
+	wrID    uint64
+	status  wcStatus
+	byteLen uint32
+	qpNum   uint32
+	recv    bool // a receive (SRQ) completion rather than a send-queue one
+}
+
 // pollLoop drains the completion queue: send-queue completions go to their
 // waiters, receives to the message handler. It sleeps on the completion
 // channel when there is nothing to do.
@@ -35,7 +44,7 @@ func (ep *Endpoint) pollLoop() {
 		for _, wc := range out {
 			if wc.recv {
 				ep.onRecv(wc)
-			} else if !ep.comps.complete(wc) && wc.status != wcSuccess {
+			} else if !ep.comps.complete(wc.wrID, wc.status) && wc.status != wcSuccess {
 				ep.log.Debug("fabric/verbs completion without a waiter", "wr", wc.wrID, "status", wc.status)
 			}
 		}

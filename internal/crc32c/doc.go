@@ -2,7 +2,7 @@
 // end to end: chunk blocks on disk, ranges pushed to readers, samples in a
 // dataset. Values are those of hash/crc32 with the Castagnoli table.
 //
-// On amd64 with AVX-512 and VPCLMULQDQ, buffers of 256 bytes or more are
+// On amd64 with AVX-512 and VPCLMULQDQ, buffers of 1 KiB or more are
 // folded 256 bytes at a time by carry-less multiplication in four 512-bit
 // accumulators (the folding method of Intel's "Fast CRC Computation for
 // Generic Polynomials Using PCLMULQDQ"), and the last 16 folded bytes and

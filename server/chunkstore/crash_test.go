@@ -138,10 +138,12 @@ func testCrashConsistency(t *testing.T, mode string) {
 		}
 		time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
 		cmd.Process.Kill()
-		cmd.Wait()
+		// Drain before Wait: Wait closes the stdout pipe, and the lines
+		// still in it (acknowledged versions) would be lost with it.
 		for v := range acked {
 			last = v
 		}
+		cmd.Wait()
 
 		e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: dir})
 		if err != nil {

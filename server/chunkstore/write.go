@@ -249,9 +249,6 @@ func (w *fileWrite) sync() error {
 	return nil
 }
 
-// close drops a write that will not be finished.
-func (w *fileWrite) close() { w.f.Close() }
-
 // Replace makes data version ver of the chunk, committed at once, whatever
 // the chunk held: resync's full-chunk replacement from a chain predecessor,
 // with its record of applied updates.

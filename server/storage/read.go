@@ -116,7 +116,8 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 			return nil, nil, 0, 0, fmt.Errorf("chunk %v: %w", id, chunkio.ErrNotCommitted)
 		}
 		if servingTail(chain) == self {
-			if m, err = n.settleAtTail(ctx, chain, self, eng, id); err != nil {
+			// Settled, the chunk has no pending version: ver 0 reads the committed one.
+			if _, err = n.settleAtTail(ctx, chain, self, eng, id); err != nil {
 				return nil, nil, 0, 0, err
 			}
 		} else {
