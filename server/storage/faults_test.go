@@ -23,6 +23,17 @@ import (
 // Tests of the faults an operator met with separate processes: each fails
 // without the fix it names.
 
+// waitFor waits up to 20 s for the routing to satisfy ok.
+func (c *cluster) waitFor(what string, ok func(*routing.Routing) bool) {
+	c.t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !ok(c.routing.Routing()); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			r := c.routing.Routing()
+			c.t.Fatalf("never: %s (chains %v)", what, r.Chains)
+		}
+	}
+}
+
 // chunkChains lists the chunks a target holds, by the chain their records
 // name.
 func chunkChains(t *testing.T, e *chunkstore.Engine) map[chunkio.ID]uint32 {
@@ -61,13 +72,7 @@ func TestResyncTouchesOnlyItsChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.routing.Update(func(r *routing.Routing) { r.Rejoin(1, 2) })
-	deadline := time.Now().Add(20 * time.Second)
-	for c.routing.Routing().Chains[1].State(2) != routing.Serving {
-		if time.Now().After(deadline) {
-			t.Fatal("target 2 never synced in chain 1")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	c.waitFor("target 2 serving in chain 1", func(r *routing.Routing) bool { return r.Chains[1].State(2) == routing.Serving })
 	held := chunkChains(t, c.engines[1])
 	perChain := map[uint32]int{}
 	for _, chain := range held {
@@ -113,14 +118,7 @@ func TestChainKeepsLastServing(t *testing.T) {
 		t.Fatalf("target 2 is %v before the chain's source came back", st)
 	}
 	c.rejoin(1)
-	deadline := time.Now().Add(20 * time.Second)
-	for len(c.routing.Routing().Chains[testChain].Serving()) != 3 {
-		if time.Now().After(deadline) {
-			ch := c.routing.Routing().Chains[testChain]
-			t.Fatalf("chain never recovered: %v %v", ch.Targets, ch.States)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	c.waitFor("every replica serving", func(r *routing.Routing) bool { return len(r.Chains[testChain].Serving()) == 3 })
 	for i := 0; i < 3; i++ {
 		got, _, err := cl.read(ctx, chunk, 0, 100)
 		if err != nil || string(got) != "alone" {
@@ -342,13 +340,7 @@ func TestResyncClearsStalePending(t *testing.T) {
 	}
 	c.routing.SetOffline(3)
 	c.rejoin(3)
-	deadline := time.Now().Add(20 * time.Second)
-	for c.routing.Routing().Chains[testChain].State(3) != routing.Serving {
-		if time.Now().After(deadline) {
-			t.Fatal("target 3 never synced")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	c.waitFor("target 3 serving", func(r *routing.Routing) bool { return r.Chains[testChain].State(3) == routing.Serving })
 	c.routing.SetOffline(1)
 	c.routing.SetOffline(2)
 	got, ver, err := cl.read(ctx, chunk, 0, 20)
