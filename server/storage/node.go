@@ -123,15 +123,30 @@ func (n *Node) Close() error {
 	return n.mr.Deregister()
 }
 
+// ready says whether the node may serve at all (NodeConfig.Ready).
+func (n *Node) ready() error {
+	if n.cfg.Ready == nil {
+		return nil
+	}
+	if err := n.cfg.Ready(); err != nil {
+		return fmt.Errorf("node %s: %w", n.ep.ID(), err)
+	}
+	return nil
+}
+
 // route checks that the node may serve, a request's chain version against
 // the node's routing, and that target is one of this node's targets in the
 // chain, and not one kept there while it was offline.
 func (n *Node) route(chainID uint32, chainVer uint64, target uint32) (routing.Chain, *chunkstore.Engine, error) {
-	if n.cfg.Ready != nil {
-		if err := n.cfg.Ready(); err != nil {
-			return routing.Chain{}, nil, fmt.Errorf("target %d: %w", target, err)
-		}
+	if err := n.ready(); err != nil {
+		return routing.Chain{}, nil, err
 	}
+	return n.routeReady(chainID, chainVer, target)
+}
+
+// routeReady is route for a request whose handler checked ready (a batch
+// checks once, not per entry).
+func (n *Node) routeReady(chainID uint32, chainVer uint64, target uint32) (routing.Chain, *chunkstore.Engine, error) {
 	r := n.routing.Routing()
 	c, ok := r.Chains[routing.ChainID(chainID)]
 	if !ok {

@@ -25,6 +25,9 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	if total > n.cfg.MaxReadBatch {
 		return nil, fmt.Errorf("%w: read batch of %d bytes, limit %d", fabric.ErrBadRequest, total, n.cfg.MaxReadBatch)
 	}
+	if err := n.ready(); err != nil {
+		return nil, err
+	}
 	// Bytes are pushed from views of the chunk files where they can be
 	// (Engine.View), else copied into a pooled buffer, taken only then.
 	var buf []byte
@@ -97,7 +100,7 @@ var readBuffers = sync.Pool{New: func() any { return new([]byte) }}
 // or, when the version cannot be viewed, copied into copyBuf(e.Length)
 // (done is nil).
 func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirty bool, copyBuf func(uint32) []byte) ([]byte, func() bool, uint64, uint32, error) {
-	chain, eng, err := n.route(e.Chain, e.ChainVer, e.Target)
+	chain, eng, err := n.routeReady(e.Chain, e.ChainVer, e.Target)
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
