@@ -28,13 +28,16 @@ type job struct {
 }
 
 // colBufs are one column's buffers: offsets and values for variable-length
-// columns, values only for fixed-width ones.
+// columns, values only for fixed-width and fixed-size ones. A list type's
+// values are its child array's (elemType, elems long).
 type colBufs struct {
 	typ        arrow.DataType
 	offsets    int // arena offsets, -1 when none
 	offsetsLen int
 	values     int
 	valuesLen  int
+	elemType   arrow.DataType
+	elems      int
 }
 
 // batchSize is the arena space a batch of these samples takes (an upper
@@ -43,10 +46,10 @@ func (d *Dataset) batchSize(samples []int64, cols []int, indexCol bool) int {
 	n := len(samples)
 	total := 0
 	for _, c := range cols {
-		if w := d.m.Columns[c].Type.Width(); w > 0 {
-			total += n*w + align
+		if lay := d.ix.lay[c]; lay.inline > 0 {
+			total += n*lay.inline + align
 		} else {
-			total += (n+1)*4 + 2*align
+			total += (n+1)*lay.offsets + 2*align
 		}
 	}
 	for _, s := range samples {
@@ -88,9 +91,9 @@ func (d *Dataset) prepare(ctx context.Context, a *arena, schema *arrow.Schema, s
 	}
 	var reads []ref
 	for _, c := range cols {
-		col := d.m.Columns[c]
-		cb := colBufs{typ: arrowTypes[col.Type], offsets: -1, values: -1}
-		if w := col.Type.Width(); w > 0 {
+		col, lay := d.m.Columns[c], d.ix.lay[c]
+		cb := colBufs{typ: lay.arrow, offsets: -1, values: -1, elemType: lay.elemType}
+		if w := lay.inline; w > 0 {
 			off, err := a.alloc(ctx, n*w)
 			if err != nil {
 				return fail(err)
@@ -105,38 +108,48 @@ func (d *Dataset) prepare(ctx context.Context, a *arena, schema *arrow.Schema, s
 		}
 		// One pass over the index: where each value is and where it goes
 		// in the batch's values buffer (filled in once that is reserved).
+		// Offsets count elements: bytes for binary, string and
+		// fixed_size_binary, the element type's for lists.
 		v := slices.Index(d.ix.vars, c)
 		first := len(reads)
-		pos := make([]uint32, n+1)
+		pos := make([]int64, n+1)
 		var total int64
 		for i, s := range samples {
 			so, l := d.ix.varRange(s, v)
-			pos[i] = uint32(total) // checked against 2 GiB below
+			pos[i] = total / int64(lay.elem)
 			if l > 0 {
 				reads = append(reads, ref{d.ix.shardOf(s), int64(so), int(l), int(total)})
 			}
 			total += int64(l)
 		}
-		if total > math.MaxInt32 {
-			return fail(fmt.Errorf("column %s: a batch of %d bytes exceeds Arrow's 2 GiB binary limit; use smaller batches", col.Name, total))
+		pos[n] = total / int64(lay.elem)
+		if lay.offsets == 4 && pos[n] > math.MaxInt32 {
+			return fail(fmt.Errorf("column %s (%s): a batch of %d elements exceeds Arrow's 32-bit offsets; use smaller batches", col.Name, col.Type, pos[n]))
 		}
-		pos[n] = uint32(total)
-		off, err := a.alloc(ctx, (n+1)*4)
-		if err != nil {
-			return fail(err)
-		}
-		cb.offsets, cb.offsetsLen = off, (n+1)*4
+		cb.elems = int(pos[n])
 		j.cols = append(j.cols, cb) // registered now so discard frees it
+		if lay.offsets > 0 {
+			off, err := a.alloc(ctx, (n+1)*lay.offsets)
+			if err != nil {
+				return fail(err)
+			}
+			cb.offsets, cb.offsetsLen = off, (n+1)*lay.offsets
+			j.cols[len(j.cols)-1] = cb
+			offs := a.buf.B[off : off+(n+1)*lay.offsets]
+			for i, p := range pos {
+				if lay.offsets == 8 {
+					binary.LittleEndian.PutUint64(offs[i*8:], uint64(p))
+				} else {
+					binary.LittleEndian.PutUint32(offs[i*4:], uint32(p))
+				}
+			}
+		}
 		vals, err := a.alloc(ctx, int(total))
 		if err != nil {
 			return fail(err)
 		}
 		cb.values, cb.valuesLen = vals, int(total)
 		j.cols[len(j.cols)-1] = cb
-		offs := a.buf.B[off : off+(n+1)*4]
-		for i, p := range pos {
-			binary.LittleEndian.PutUint32(offs[i*4:], p)
-		}
 		for k := first; k < len(reads); k++ {
 			reads[k].dst += vals
 		}
@@ -189,14 +202,28 @@ func (j *job) record() arrow.RecordBatch {
 	n := len(j.samples)
 	arrs := make([]arrow.Array, len(j.cols))
 	for i, cb := range j.cols {
-		bufs := []*memory.Buffer{nil, j.a.buffer(cb.values, cb.valuesLen)}
-		if cb.offsets >= 0 {
-			bufs = []*memory.Buffer{nil, j.a.buffer(cb.offsets, cb.offsetsLen), bufs[1]}
+		values := j.a.buffer(cb.values, cb.valuesLen)
+		var data arrow.ArrayData
+		switch {
+		case cb.elemType != nil: // a list type: the values are its child's
+			child := array.NewData(cb.elemType, cb.elems, []*memory.Buffer{nil, values}, nil, 0, 0)
+			bufs := []*memory.Buffer{nil}
+			if cb.offsets >= 0 {
+				bufs = append(bufs, j.a.buffer(cb.offsets, cb.offsetsLen))
+			}
+			data = array.NewData(cb.typ, n, bufs, []arrow.ArrayData{child}, 0, 0)
+			child.Release()
+			for _, b := range bufs[1:] {
+				b.Release()
+			}
+		case cb.offsets >= 0:
+			offsets := j.a.buffer(cb.offsets, cb.offsetsLen)
+			data = array.NewData(cb.typ, n, []*memory.Buffer{nil, offsets, values}, nil, 0, 0)
+			offsets.Release()
+		default:
+			data = array.NewData(cb.typ, n, []*memory.Buffer{nil, values}, nil, 0, 0)
 		}
-		data := array.NewData(cb.typ, n, bufs, nil, 0, 0)
-		for _, b := range bufs[1:] {
-			b.Release()
-		}
+		values.Release()
 		arrs[i] = array.MakeFromData(data)
 		data.Release()
 	}

@@ -202,15 +202,31 @@ func (d *Dataset) Verify(ctx context.Context, progress func(samples int64)) erro
 }
 
 // valueBytes is row r of a column as stored: the bytes of a variable-length
-// value, the little-endian bytes of a fixed-width one.
+// value, the little-endian bytes of a fixed-width one, a list's elements'.
 func valueBytes(col arrow.Array, r int) []byte {
 	switch a := col.(type) {
 	case *array.Binary:
 		return a.Value(r)
 	case *array.String:
 		return []byte(a.Value(r))
+	case *array.FixedSizeBinary:
+		return a.Value(r)
+	case array.ListLike:
+		start, end := a.ValueOffsets(r)
+		return elementRange(a.ListValues(), start, end)
 	}
 	w := col.DataType().(arrow.FixedWidthDataType).Bytes()
 	off := (col.Data().Offset() + r) * w
 	return col.Data().Buffers()[1].Bytes()[off : off+w]
+}
+
+// elementRange is elements [start, end) of a fixed-width array, as bytes.
+func elementRange(values arrow.Array, start, end int64) []byte {
+	w := int64(values.DataType().(arrow.FixedWidthDataType).Bytes())
+	off := int64(values.Data().Offset())
+	buf := values.Data().Buffers()[1]
+	if buf == nil {
+		return nil
+	}
+	return buf.Bytes()[(off+start)*w : (off+end)*w]
 }

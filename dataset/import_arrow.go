@@ -114,12 +114,34 @@ var fromArrow = map[arrow.Type]Type{
 	arrow.FLOAT32: Float32, arrow.FLOAT64: Float64,
 }
 
+// typeOf is the column type an Arrow type imports as.
+func typeOf(dt arrow.DataType) (Type, bool) {
+	if t, ok := fromArrow[dt.ID()]; ok {
+		return t, true
+	}
+	var t Type
+	switch x := dt.(type) {
+	case *arrow.FixedSizeBinaryType:
+		t = FixedSizeBinary(x.ByteWidth)
+	case *arrow.FixedSizeListType:
+		t = FixedSizeList(fromArrow[x.Elem().ID()], int(x.Len()))
+	case *arrow.ListType:
+		t = List(fromArrow[x.Elem().ID()])
+	case *arrow.LargeListType:
+		t = LargeList(fromArrow[x.Elem().ID()])
+	default:
+		return "", false
+	}
+	_, err := t.layout() // numeric elements only
+	return t, err == nil
+}
+
 func columnsOf(s *arrow.Schema) ([]Column, error) {
 	var cols []Column
 	for _, f := range s.Fields() {
-		t, ok := fromArrow[f.Type.ID()]
+		t, ok := typeOf(f.Type)
 		if !ok {
-			return nil, fmt.Errorf("column %s has type %s; supported: binary, string, integers, floats", f.Name, f.Type)
+			return nil, fmt.Errorf("column %s has type %s; supported: binary, string, integers, floats, fixed_size_binary, and fixed_size_list, list and large_list of integers or floats", f.Name, f.Type)
 		}
 		cols = append(cols, Column{f.Name, t})
 	}
@@ -164,6 +186,20 @@ func arrowValue(col arrow.Array, r int) (any, error) {
 		return a.Value(r), nil
 	case *array.Float64:
 		return a.Value(r), nil
+	case *array.FixedSizeBinary:
+		return a.Value(r), nil
+	case *array.FixedSizeList, *array.List, *array.LargeList:
+		l := a.(array.ListLike)
+		start, end := l.ValueOffsets(r)
+		vals := l.ListValues()
+		if vals.NullN() > 0 {
+			for i := start; i < end; i++ {
+				if vals.IsNull(int(i)) {
+					return nil, fmt.Errorf("null element %d (nulls are not supported)", i-start)
+				}
+			}
+		}
+		return elementRange(vals, start, end), nil
 	}
 	return nil, fmt.Errorf("type %s not supported", col.DataType())
 }

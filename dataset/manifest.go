@@ -6,9 +6,11 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"math"
 	"path"
 	"regexp"
 	"sort"
+	"strconv"
 
 	"github.com/apache/arrow-go/v18/arrow"
 )
@@ -17,6 +19,14 @@ import (
 const FormatVersion = 1
 
 // Type is a column's type.
+//
+// Scalars (the integers and floats) are fixed-width little-endian and live
+// in index.bin. Everything else lives in the shards, a value per sample with
+// its length in the index: Binary and String; FixedSizeBinary(n);
+// FixedSizeList(t, n), List(t) and LargeList(t) of a numeric scalar t (the
+// elements' little-endian bytes end to end, the usual way to store
+// embeddings, feature vectors and small tensors). Tensors stay out of
+// index.bin because every reader holds it in memory.
 type Type string
 
 // Column types. Binary and String are variable-length; the rest are
@@ -36,8 +46,22 @@ const (
 	Float64 Type = "float64"
 )
 
-var arrowTypes = map[Type]arrow.DataType{
-	Binary: arrow.BinaryTypes.Binary, String: arrow.BinaryTypes.String,
+// FixedSizeBinary is the type of values of n bytes each.
+func FixedSizeBinary(n int) Type { return Type(fmt.Sprintf("fixed_size_binary[%d]", n)) }
+
+// FixedSizeList is the type of n-element vectors of numeric scalar elem.
+func FixedSizeList(elem Type, n int) Type {
+	return Type(fmt.Sprintf("fixed_size_list<%s>[%d]", elem, n))
+}
+
+// List is the type of variable-length vectors of numeric scalar elem, with
+// 32-bit offsets when loaded.
+func List(elem Type) Type { return Type("list<" + elem + ">") }
+
+// LargeList is List with 64-bit offsets when loaded.
+func LargeList(elem Type) Type { return Type("large_list<" + elem + ">") }
+
+var scalarTypes = map[Type]arrow.DataType{
 	Int8: arrow.PrimitiveTypes.Int8, Int16: arrow.PrimitiveTypes.Int16,
 	Int32: arrow.PrimitiveTypes.Int32, Int64: arrow.PrimitiveTypes.Int64,
 	Uint8: arrow.PrimitiveTypes.Uint8, Uint16: arrow.PrimitiveTypes.Uint16,
@@ -45,12 +69,99 @@ var arrowTypes = map[Type]arrow.DataType{
 	Float32: arrow.PrimitiveTypes.Float32, Float64: arrow.PrimitiveTypes.Float64,
 }
 
-// Width is the byte width of a fixed-width type, 0 for variable-length.
-func (t Type) Width() int {
-	if t == Binary || t == String {
-		return 0
+// layout is how a type's values are stored and loaded. Types are parsed
+// where a column is opened (Create, Open), not per value.
+type layout struct {
+	arrow arrow.DataType
+	// inline is the byte width of a scalar, stored in index.bin; 0 for a
+	// type whose values live in the shards.
+	inline int
+	// For shard-stored types: elem is the byte width of one element of the
+	// loaded values buffer (1 for binary, string, fixed_size_binary), elemType
+	// the element's Arrow type for lists (nil otherwise), size the bytes every
+	// value must have (0 when variable), offsets the byte width of the loaded
+	// offsets (4, 8; 0 for fixed-size types, which have none).
+	elem     int
+	elemType arrow.DataType
+	size     int
+	offsets  int
+}
+
+var (
+	fixedBinaryRE = regexp.MustCompile(`^fixed_size_binary\[([0-9]{1,10})\]$`)
+	fixedListRE   = regexp.MustCompile(`^fixed_size_list<([a-z0-9]+)>\[([0-9]{1,10})\]$`)
+	listRE        = regexp.MustCompile(`^(list|large_list)<([a-z0-9]+)>$`)
+)
+
+// layout parses t.
+func (t Type) layout() (layout, error) {
+	switch t {
+	case Binary:
+		return layout{arrow: arrow.BinaryTypes.Binary, elem: 1, offsets: 4}, nil
+	case String:
+		return layout{arrow: arrow.BinaryTypes.String, elem: 1, offsets: 4}, nil
 	}
-	return arrowTypes[t].(arrow.FixedWidthDataType).Bytes()
+	if at, ok := scalarTypes[t]; ok {
+		return layout{arrow: at, inline: at.(arrow.FixedWidthDataType).Bytes()}, nil
+	}
+	// A size must keep a value's bytes within what the index records
+	// (uint32) and Arrow's 32-bit list sizes.
+	size := func(s string, w int) (int, error) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || int64(n)*int64(w) > math.MaxInt32 {
+			return 0, fmt.Errorf("type %q: size must be 1 to %d", t, math.MaxInt32/w)
+		}
+		return n, nil
+	}
+	elem := func(e string) (arrow.DataType, int, error) {
+		at, ok := scalarTypes[Type(e)]
+		if !ok {
+			return nil, 0, fmt.Errorf("type %q: elements must be an integer or float type, not %q", t, e)
+		}
+		return at, at.(arrow.FixedWidthDataType).Bytes(), nil
+	}
+	if m := fixedBinaryRE.FindStringSubmatch(string(t)); m != nil {
+		n, err := size(m[1], 1)
+		if err != nil {
+			return layout{}, err
+		}
+		return layout{arrow: &arrow.FixedSizeBinaryType{ByteWidth: n}, elem: 1, size: n}, nil
+	}
+	if m := fixedListRE.FindStringSubmatch(string(t)); m != nil {
+		et, w, err := elem(m[1])
+		if err != nil {
+			return layout{}, err
+		}
+		n, err := size(m[2], w)
+		if err != nil {
+			return layout{}, err
+		}
+		return layout{arrow: arrow.FixedSizeListOf(int32(n), et), elem: w, elemType: et, size: n * w}, nil
+	}
+	if m := listRE.FindStringSubmatch(string(t)); m != nil {
+		et, w, err := elem(m[2])
+		if err != nil {
+			return layout{}, err
+		}
+		if m[1] == "large_list" {
+			return layout{arrow: arrow.LargeListOf(et), elem: w, elemType: et, offsets: 8}, nil
+		}
+		return layout{arrow: arrow.ListOf(et), elem: w, elemType: et, offsets: 4}, nil
+	}
+	return layout{}, fmt.Errorf("unknown type %q", t)
+}
+
+// Width is the byte width of a scalar type (stored in the index), 0 for
+// the types stored in the shards.
+func (t Type) Width() int {
+	l, _ := t.layout()
+	return l.inline
+}
+
+// ArrowType is the Arrow type t loads as; nil when t is not a valid type.
+func (t Type) ArrowType() arrow.DataType {
+	l, _ := t.layout()
+	return l.arrow
 }
 
 // Column is one field of a dataset's schema.
@@ -96,7 +207,7 @@ func (m *Manifest) Schema(columns ...string) (*arrow.Schema, error) {
 	}
 	fields := make([]arrow.Field, len(cols))
 	for i, c := range cols {
-		fields[i] = arrow.Field{Name: m.Columns[c].Name, Type: arrowTypes[m.Columns[c].Type]}
+		fields[i] = arrow.Field{Name: m.Columns[c].Name, Type: m.Columns[c].Type.ArrowType()}
 	}
 	return arrow.NewSchema(fields, nil), nil
 }
@@ -148,8 +259,8 @@ func checkSchema(cols []Column) error {
 			return fmt.Errorf("schema: column name %q empty or repeated", c.Name)
 		}
 		seen[c.Name] = true
-		if _, ok := arrowTypes[c.Type]; !ok {
-			return fmt.Errorf("schema: column %q has unknown type %q", c.Name, c.Type)
+		if _, err := c.Type.layout(); err != nil {
+			return fmt.Errorf("schema: column %q: %w", c.Name, err)
 		}
 	}
 	return nil
@@ -175,17 +286,21 @@ type index struct {
 	crc    []uint32
 	values map[int][]byte // fixed-width column -> n*width bytes
 	shards []int64        // first sample of each shard, plus n at the end
+	lay    []layout       // each column's, in schema order
 }
 
-func splitColumns(cols []Column) (vars, fixed []int) {
+// setColumns parses a checked schema's types and sorts its columns into
+// those stored in the shards and in the index.
+func (ix *index) setColumns(cols []Column) {
+	ix.lay = make([]layout, len(cols))
 	for i, c := range cols {
-		if c.Type.Width() == 0 {
-			vars = append(vars, i)
+		ix.lay[i], _ = c.Type.layout() // checkSchema passed
+		if ix.lay[i].inline == 0 {
+			ix.vars = append(ix.vars, i)
 		} else {
-			fixed = append(fixed, i)
+			ix.fixed = append(ix.fixed, i)
 		}
 	}
-	return vars, fixed
 }
 
 func (ix *index) shardOf(sample int64) int {
@@ -236,10 +351,10 @@ func decodeIndex(m *Manifest, b []byte) (*index, error) {
 	}
 	n := m.Samples
 	ix := &index{n: n, values: map[int][]byte{}}
-	ix.vars, ix.fixed = splitColumns(m.Columns)
+	ix.setColumns(m.Columns)
 	want := n*8 + n*int64(len(ix.vars))*4 + n*4
 	for _, f := range ix.fixed {
-		want += n * int64(m.Columns[f].Type.Width())
+		want += n * int64(ix.lay[f].inline)
 	}
 	if int64(len(b)) != want {
 		return nil, fmt.Errorf("dataset %s: index.bin has %d bytes, the schema needs %d", m.Name, len(b), want)
@@ -260,7 +375,7 @@ func decodeIndex(m *Manifest, b []byte) (*index, error) {
 	}
 	b = b[n*4:]
 	for _, f := range ix.fixed {
-		w := n * int64(m.Columns[f].Type.Width())
+		w := n * int64(ix.lay[f].inline)
 		ix.values[f], b = b[:w], b[w:]
 	}
 	ix.shards = []int64{0}
@@ -271,6 +386,11 @@ func decodeIndex(m *Manifest, b []byte) (*index, error) {
 		return nil, fmt.Errorf("dataset %s: shards hold %d samples, the manifest says %d", m.Name, ix.shards[len(ix.shards)-1], n)
 	}
 	for i := int64(0); i < n; i++ {
+		for v, c := range ix.vars {
+			if _, l := ix.varRange(i, v); ix.lay[c].size > 0 && int(l) != ix.lay[c].size || l%uint32(ix.lay[c].elem) != 0 {
+				return nil, fmt.Errorf("dataset %s: sample %d has %d bytes in column %s (%s)", m.Name, i, l, m.Columns[c].Name, m.Columns[c].Type)
+			}
+		}
 		s := ix.shardOf(i)
 		if end := ix.start[i] + uint64(ix.sampleBytes(i)); end > uint64(m.Shards[s].Bytes) {
 			return nil, fmt.Errorf("dataset %s: sample %d ends at byte %d of shard %s, past its end", m.Name, i, end, m.Shards[s].File)

@@ -11,6 +11,9 @@ import (
 	"math"
 	"path"
 	"unicode/utf8"
+	"unsafe"
+
+	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/sluicefs/sluice/internal/crc32c"
 	"github.com/sluicefs/sluice/sdk"
@@ -62,7 +65,7 @@ func Create(ctx context.Context, c *sdk.Client, name string, cols []Column, opts
 	rand.Read(r[:])
 	w := &Writer{ctx: ctx, c: c, opts: opts, tmp: path.Join("/datasets", ".new-"+name+"-"+hex.EncodeToString(r[:]))}
 	w.m = Manifest{Version: FormatVersion, Name: name, Columns: cols, Classes: opts.Classes, Source: opts.Source}
-	w.ix.vars, w.ix.fixed = splitColumns(cols)
+	w.ix.setColumns(cols)
 	w.ix.values = map[int][]byte{}
 	if err := c.Mkdir(ctx, w.tmp, 0o755); err != nil {
 		return nil, fmt.Errorf("create dataset %s: %w", name, err)
@@ -72,7 +75,10 @@ func Create(ctx context.Context, c *sdk.Client, name string, cols []Column, opts
 
 // Add appends one sample: a value per column, in schema order. Binary and
 // string columns take []byte or string; integer columns any Go integer
-// that fits; float columns float32 or float64.
+// that fits; float columns float32 or float64; fixed_size_binary []byte of
+// its size; list types a slice of their element type ([]float32 for
+// list<float32>) or []byte holding the elements little-endian, of the
+// list's size when it has one.
 func (w *Writer) Add(values ...any) error {
 	if w.closed {
 		return errors.New("dataset writer: add after close")
@@ -93,8 +99,8 @@ func (w *Writer) Add(values ...any) error {
 	for i, c := range w.m.Columns {
 		var b []byte
 		var err error
-		if c.Type.Width() == 0 {
-			if b, err = varValue(c, values[i]); err == nil && len(b) > math.MaxUint32 {
+		if lay := w.ix.lay[i]; lay.inline == 0 {
+			if b, err = varValue(c, lay, values[i]); err == nil && len(b) > math.MaxUint32 {
 				err = fmt.Errorf("column %s value of %d bytes is too large", c.Name, len(b))
 			}
 		} else {
@@ -108,8 +114,8 @@ func (w *Writer) Add(values ...any) error {
 		crc = crc32c.Update(crc, b)
 	}
 	start := w.off + int64(len(w.pending))
-	for i, c := range w.m.Columns {
-		if c.Type.Width() == 0 {
+	for i := range w.m.Columns {
+		if w.ix.lay[i].inline == 0 {
 			w.pending = append(w.pending, enc[i]...)
 			w.ix.length = append(w.ix.length, uint32(len(enc[i])))
 		} else {
@@ -253,20 +259,68 @@ func removeAll(ctx context.Context, c *sdk.Client, dir string) error {
 	return c.Remove(ctx, dir)
 }
 
-func varValue(c Column, v any) ([]byte, error) {
+// varValue is v as stored in a shard for column c.
+func varValue(c Column, lay layout, v any) ([]byte, error) {
 	var b []byte
 	switch x := v.(type) {
 	case []byte:
 		b = x
 	case string:
+		if lay.elemType != nil {
+			return nil, fmt.Errorf("column %s (%s) takes a slice of its elements or []byte, not a string", c.Name, c.Type)
+		}
 		b = []byte(x)
 	default:
-		return nil, fmt.Errorf("column %s (%s) takes []byte or string, not %T", c.Name, c.Type, v)
+		if lay.elemType == nil {
+			return nil, fmt.Errorf("column %s (%s) takes []byte or string, not %T", c.Name, c.Type, v)
+		}
+		var ok bool
+		if b, ok = elementBytes(lay.elemType, v); !ok {
+			return nil, fmt.Errorf("column %s (%s) takes []%s or []byte, not %T", c.Name, c.Type, lay.elemType, v)
+		}
 	}
 	if c.Type == String && !utf8.Valid(b) {
 		return nil, fmt.Errorf("column %s: value is not UTF-8", c.Name)
 	}
+	if lay.size > 0 && len(b) != lay.size {
+		return nil, fmt.Errorf("column %s (%s): value of %d bytes, the type holds %d", c.Name, c.Type, len(b), lay.size)
+	}
+	if len(b)%lay.elem != 0 {
+		return nil, fmt.Errorf("column %s (%s): %d bytes is not a whole number of %d-byte elements", c.Name, c.Type, len(b), lay.elem)
+	}
 	return b, nil
+}
+
+// elementBytes is a slice of elements of type et as little-endian bytes
+// (a view on little-endian machines, which are all Sluice runs on).
+func elementBytes(et arrow.DataType, v any) ([]byte, bool) {
+	view := func(p unsafe.Pointer, n, w int) []byte {
+		if n == 0 {
+			return []byte{}
+		}
+		return unsafe.Slice((*byte)(p), n*w)
+	}
+	switch x := v.(type) {
+	case []int8:
+		return view(unsafe.Pointer(unsafe.SliceData(x)), len(x), 1), et.ID() == arrow.INT8
+	case []int16:
+		return view(unsafe.Pointer(unsafe.SliceData(x)), len(x), 2), et.ID() == arrow.INT16
+	case []int32:
+		return view(unsafe.Pointer(unsafe.SliceData(x)), len(x), 4), et.ID() == arrow.INT32
+	case []int64:
+		return view(unsafe.Pointer(unsafe.SliceData(x)), len(x), 8), et.ID() == arrow.INT64
+	case []uint16:
+		return view(unsafe.Pointer(unsafe.SliceData(x)), len(x), 2), et.ID() == arrow.UINT16
+	case []uint32:
+		return view(unsafe.Pointer(unsafe.SliceData(x)), len(x), 4), et.ID() == arrow.UINT32
+	case []uint64:
+		return view(unsafe.Pointer(unsafe.SliceData(x)), len(x), 8), et.ID() == arrow.UINT64
+	case []float32:
+		return view(unsafe.Pointer(unsafe.SliceData(x)), len(x), 4), et.ID() == arrow.FLOAT32
+	case []float64:
+		return view(unsafe.Pointer(unsafe.SliceData(x)), len(x), 8), et.ID() == arrow.FLOAT64
+	}
+	return nil, false
 }
 
 // fixedValue appends v as column c's little-endian bytes.
