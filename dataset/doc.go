@@ -15,7 +15,12 @@
 //	shard-NNNNN.data   sample bytes of the variable-length columns
 //
 // Columns are variable-length (binary, string) or fixed-width (int8..int64,
-// uint8..uint64, float32, float64); no nulls. A shard holds a run of
+// uint8..uint64, float32, float64); no nulls. Tensor columns
+// (fixed_size_binary[N], fixed_size_list<T>[N], list<T>, large_list<T> of a
+// numeric T) are stored like variable-length ones, a value being its
+// elements' little-endian bytes, and load as their Arrow type; the index
+// keeps their lengths (checked against the type when it is read), not their
+// values. A shard holds a run of
 // consecutive samples; within it each sample's variable-length values are
 // stored one after the other in schema order, so reading every column of a
 // sample is one range. Fixed-width values are small and live in the index,

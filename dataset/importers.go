@@ -31,7 +31,9 @@ type ImportOptions struct {
 //	jsonl       one JSON object per line; strings become string columns,
 //	            numbers int64 (all integral) or float64, booleans uint8,
 //	            nested values their JSON text
-//	parquet     Parquet files; binary, string and fixed-width numeric columns
+//	parquet     Parquet files; binary, string, integer and float columns,
+//	            fixed_size_binary, and fixed_size_list, list and large_list
+//	            of integers or floats (see Type); pages of any size
 //	arrow       Arrow IPC files or streams, the same column types
 //	webdataset  tar shards; files sharing a key (path up to the first dot of
 //	            the name) form a sample, one binary column per extension,
