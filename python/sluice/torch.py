@@ -7,9 +7,12 @@ DataLoader wrapper that checkpoints it.
         x, y = batch["image"], batch["label"]             # tensors
     torch.save(loader.state_dict(), "ckpt")
 
-Fixed-width columns become 1-D tensors; a variable-length column ``c``
-becomes ``batch[c]`` (uint8 values, all samples' bytes end to end) and
-``batch[c + "_offsets"]`` (int64, sample i is values[off[i]:off[i+1]]).
+Fixed-width columns become 1-D tensors; fixed_size_list<T>[N] columns
+(embeddings) 2-D tensors of T, one row of N per sample, and
+fixed_size_binary[N] 2-D uint8 tensors. A variable-length column ``c``
+becomes ``batch[c]`` (uint8 values, all samples' bytes end to end; for
+list<T> and large_list<T>, T elements) and ``batch[c + "_offsets"]``
+(int64, sample i is values[off[i]:off[i+1]]).
 Tensors share the batch's memory (no copy in the main process); DataLoader
 workers hand them over as usual. Each worker takes every num_workers-th
 step of its rank, so together they deliver each step once, in order.
@@ -34,7 +37,18 @@ def to_tensors(batch):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*not writable.*")
         for name, col in zip(batch.schema.names, batch.columns):
-            if pa.types.is_binary(col.type) or pa.types.is_string(col.type):
+            if pa.types.is_fixed_size_list(col.type):
+                values = col.flatten().to_numpy(zero_copy_only=True)  # the batch's rows only
+                out[name] = torch.from_numpy(values.reshape(len(col), col.type.list_size))
+            elif pa.types.is_fixed_size_binary(col.type):
+                w = col.type.byte_width
+                values = np.frombuffer(col.buffers()[1], dtype=np.uint8)[col.offset * w: (col.offset + len(col)) * w]
+                out[name] = torch.from_numpy(values.reshape(len(col), w))
+            elif pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+                offs = col.offsets.to_numpy(zero_copy_only=True)
+                out[name] = torch.from_numpy(col.flatten().to_numpy(zero_copy_only=True))
+                out[name + "_offsets"] = torch.from_numpy(offs.astype(np.int64) - int(offs[0]))
+            elif pa.types.is_binary(col.type) or pa.types.is_string(col.type):
                 bufs = col.buffers()
                 offs = np.frombuffer(bufs[1], dtype=np.int32)[col.offset: col.offset + len(col) + 1]
                 start, end = int(offs[0]), int(offs[-1])
