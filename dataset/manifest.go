@@ -385,10 +385,20 @@ func decodeIndex(m *Manifest, b []byte) (*index, error) {
 	if ix.shards[len(ix.shards)-1] != n {
 		return nil, fmt.Errorf("dataset %s: shards hold %d samples, the manifest says %d", m.Name, ix.shards[len(ix.shards)-1], n)
 	}
+	// Tensor values must fit their type: a whole number of elements, of
+	// the type's size when it has one (binary and string take any length).
+	var tensors []int // positions in vars
+	for v, c := range ix.vars {
+		if ix.lay[c].size > 0 || ix.lay[c].elem > 1 {
+			tensors = append(tensors, v)
+		}
+	}
 	for i := int64(0); i < n; i++ {
-		for v, c := range ix.vars {
-			if _, l := ix.varRange(i, v); ix.lay[c].size > 0 && int(l) != ix.lay[c].size || l%uint32(ix.lay[c].elem) != 0 {
-				return nil, fmt.Errorf("dataset %s: sample %d has %d bytes in column %s (%s)", m.Name, i, l, m.Columns[c].Name, m.Columns[c].Type)
+		for _, v := range tensors {
+			lay := ix.lay[ix.vars[v]]
+			if _, l := ix.varRange(i, v); (lay.size > 0 && int(l) != lay.size) || int(l)%lay.elem != 0 {
+				c := m.Columns[ix.vars[v]]
+				return nil, fmt.Errorf("dataset %s: sample %d has %d bytes in column %s (%s)", m.Name, i, l, c.Name, c.Type)
 			}
 		}
 		s := ix.shardOf(i)

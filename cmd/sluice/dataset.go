@@ -190,14 +190,24 @@ func inspectDataset(ctx context.Context, out io.Writer, d *dataset.Dataset, rows
 // cell renders one value for a preview.
 func cell(col arrow.Array, r int) string {
 	switch a := col.(type) {
-	case *array.Binary:
-		b := a.Value(r)
+	case *array.Binary, *array.FixedSizeBinary:
+		b := a.(interface{ Value(int) []byte }).Value(r)
 		if utf8.Valid(b) {
 			return fmt.Sprintf("%d bytes %q", len(b), preview(string(b), 40))
 		}
 		return fmt.Sprintf("%d bytes %x", len(b), b[:min(len(b), 16)])
 	case *array.String:
 		return fmt.Sprintf("%q", preview(a.Value(r), 60))
+	case array.ListLike: // tensor columns: the first few elements
+		start, end := a.ValueOffsets(r)
+		parts := make([]string, 0, 9)
+		for i := start; i < min(end, start+8); i++ {
+			parts = append(parts, a.ListValues().ValueStr(int(i)))
+		}
+		if end-start > 8 {
+			parts = append(parts, "…")
+		}
+		return fmt.Sprintf("%d elements [%s]", end-start, strings.Join(parts, " "))
 	}
 	return col.ValueStr(r)
 }
