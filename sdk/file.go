@@ -154,7 +154,7 @@ func (f *File) put(ctx context.Context, p []byte, off int64) (int, error) {
 		return err
 	})
 	if err != nil {
-		return n, fmt.Errorf("write %s: %w", f.name, err)
+		return n, f.c.timedOut(ctx, fmt.Errorf("write %s: %w", f.name, err))
 	}
 	return len(p), nil
 }
@@ -182,7 +182,7 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 		return err
 	})
 	if err != nil {
-		return n, fmt.Errorf("read %s: %w", f.name, err)
+		return n, f.c.timedOut(ctx, fmt.Errorf("read %s: %w", f.name, err))
 	}
 	if want < len(p) {
 		return want, io.EOF
