@@ -61,6 +61,7 @@ def test_world_size_and_rank_checked(cluster):
 
 
 def test_env_read_at_call_time(cluster, monkeypatch):
+    monkeypatch.setattr(sluice, "_default", None)  # not one an earlier test made with connect()
     sluice.Dataset("points").close()  # the default client, from the environment
     monkeypatch.setenv("SLUICE_CLUSTER", dead_address())
     with pytest.raises(sluice.SluiceError, match="refused"):
