@@ -317,7 +317,12 @@ func (l *Loader) start(s State) *run {
 			jobs <- func() {
 				// A read runs to its end even when the run stops: cancelling
 				// it would leave storage free to push into memory we reuse.
-				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readTimeout)
+				// The client's OpTimeout bounds it (a dead cluster shows
+				// as an error within it), or readTimeout when it has none.
+				rctx, cancel := context.WithoutCancel(ctx), context.CancelFunc(func() {})
+				if l.d.c.OpTimeout() <= 0 {
+					rctx, cancel = context.WithTimeout(rctx, readTimeout)
+				}
 				err := j.read(rctx)
 				cancel()
 				if err != nil {
@@ -333,7 +338,7 @@ func (l *Loader) start(s State) *run {
 	return r
 }
 
-// readTimeout bounds one batch's reads.
+// readTimeout bounds one batch's reads when the client has no OpTimeout.
 const readTimeout = time.Minute
 
 func (r *run) fail(ctx context.Context, err error) {

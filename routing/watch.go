@@ -2,6 +2,7 @@ package routing
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -24,20 +25,46 @@ type WatchedRouting struct {
 	r       *Routing
 	changed chan struct{}
 	err     error // a refusal that retrying cannot cure (wrong token)
+	last    error // the last stream's error, while no map has come
 
 	cancel context.CancelFunc
 	done   chan struct{}
 }
 
-// WatchRouting starts watching; it returns once the first map arrived (or
-// ctx ended). ctx's values (the token metadata) go with every call.
+// WatchOptions tune Watch.
+type WatchOptions struct {
+	Logger *slog.Logger
+	// Unreachable, when positive, bounds how long the wait for the first
+	// map goes on while the last attempt failed as unavailable (connection
+	// refused, a name that does not resolve): the watch then gives up with
+	// that error instead of waiting out its context. A replica restarting
+	// within it is waited for.
+	Unreachable time.Duration
+}
+
+// Watch starts watching; it returns once the first map arrived (or ctx
+// ended). ctx's values (the token metadata) go with every call.
 func Watch(ctx context.Context, client mgmtdpb.MgmtdClient, log *slog.Logger) (*WatchedRouting, error) {
+	return WatchWith(ctx, client, WatchOptions{Logger: log})
+}
+
+// WatchWith is Watch with options. An error says why no map came: the
+// refusal (a wrong token), the stream's last error (unreachable), or the
+// end of ctx with the last error seen before it.
+func WatchWith(ctx context.Context, client mgmtdpb.MgmtdClient, o WatchOptions) (*WatchedRouting, error) {
+	log := o.Logger
 	if log == nil {
 		log = slog.Default()
 	}
 	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w := &WatchedRouting{client: client, log: log, changed: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	go w.run(wctx)
+	var giveUp <-chan time.Time
+	if o.Unreachable > 0 {
+		t := time.NewTimer(o.Unreachable)
+		defer t.Stop()
+		giveUp = t.C
+	}
 	for {
 		// The channel is taken before the look, or a map arriving between
 		// the two would be a wake-up missed, and the wait endless.
@@ -51,9 +78,22 @@ func Watch(ctx context.Context, client mgmtdpb.MgmtdClient, log *slog.Logger) (*
 		}
 		select {
 		case <-changed:
+		case <-giveUp:
+			giveUp = nil
+			if last := w.lastError(); status.Code(last) == codes.Unavailable {
+				w.Close()
+				return nil, fmt.Errorf("watch cluster map: unreachable: %w", last)
+			}
 		case <-ctx.Done():
 			w.Close()
-			return nil, fmt.Errorf("watch cluster map: %w", ctx.Err())
+			err := context.Cause(ctx)
+			if last := w.lastError(); last != nil {
+				return nil, fmt.Errorf("watch cluster map: %w (last: %v)", err, last)
+			}
+			if errors.Is(err, context.DeadlineExceeded) {
+				return nil, fmt.Errorf("watch cluster map: no answer: %w", err)
+			}
+			return nil, fmt.Errorf("watch cluster map: %w", err)
 		}
 	}
 }
@@ -85,7 +125,16 @@ func (w *WatchedRouting) run(ctx context.Context) {
 			}
 		}
 		timer.Stop()
+		abandoned := sctx.Err() != nil && ctx.Err() == nil
 		scancel()
+		w.mu.Lock()
+		if w.r == nil && ctx.Err() == nil {
+			w.last = err
+			if abandoned { // a stream that said nothing, or a dial that hangs
+				w.last = fmt.Errorf("no answer within %v", firstMapWait)
+			}
+		}
+		w.mu.Unlock()
 		if c := status.Code(err); c == codes.Unauthenticated || c == codes.PermissionDenied {
 			w.mu.Lock()
 			w.err = err
@@ -113,6 +162,12 @@ func (w *WatchedRouting) set(r *Routing) {
 	w.r = r
 	close(w.changed)
 	w.changed = make(chan struct{})
+}
+
+func (w *WatchedRouting) lastError() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
 }
 
 func (w *WatchedRouting) failure() error {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -45,6 +47,10 @@ func Dial(addrs string, opts ...grpc.DialOption) (*LeaderConn, error) {
 		if a = strings.TrimSpace(a); a == "" {
 			continue
 		}
+		if err := checkAddr(a); err != nil {
+			l.Close()
+			return nil, err
+		}
 		cc, err := grpc.NewClient(a, opts...)
 		if err != nil {
 			l.Close()
@@ -56,6 +62,28 @@ func Dial(addrs string, opts ...grpc.DialOption) (*LeaderConn, error) {
 		return nil, errors.New("rpc: no control-plane address")
 	}
 	return l, nil
+}
+
+// checkAddr refuses an address that is not host:port with a numeric port,
+// which gRPC would take and then fail to resolve on every call, forever.
+// A name (a scheme such as dns:///) is left to gRPC.
+func checkAddr(a string) error {
+	if strings.Contains(a, "///") {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(a)
+	if err == nil {
+		var n uint64
+		if n, err = strconv.ParseUint(port, 10, 16); err == nil && n == 0 {
+			err = errors.New("port 0")
+		} else if err != nil {
+			err = fmt.Errorf("port %q is not a number from 1 to 65535", port)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("rpc: malformed address %q (want host:port): %w", a, err)
+	}
+	return nil
 }
 
 // Addr is the replica calls go to now.

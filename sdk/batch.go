@@ -122,6 +122,8 @@ func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
 			}
 		}
 	}
+	ctx, done := c.call(ctx)
+	defer done()
 	var wg sync.WaitGroup
 	for _, chunks := range byNode {
 		next := make(chan []*chunkWrite, len(chunks))
@@ -135,7 +137,7 @@ func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
 					for _, w := range list {
 						_, err := c.store.WriteRegistered(ctx, w.chain, w.chunk, w.chunkOff, false, w.buf.mr, w.bufOff, w.buf.B[w.bufOff:w.bufOff+w.n])
 						if err != nil {
-							fail(w, err)
+							fail(w, c.timedOut(ctx, err))
 						}
 					}
 				}
@@ -289,7 +291,7 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readRes
 			var err error
 			rd.N, _, err = c.store.ReadRegistered(ctx, rd.Chain, rd.Chunk, rd.Offset, op.Buf.mr, off, dst, false)
 			if err != nil {
-				res[owner[k]].Err = fmt.Errorf("read %s: %w", op.File.name, err)
+				res[owner[k]].Err = c.timedOut(ctx, fmt.Errorf("read %s: %w", op.File.name, err))
 				continue
 			}
 		}

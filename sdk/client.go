@@ -11,8 +11,11 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/chunkio"
@@ -37,7 +40,24 @@ type Config struct {
 	// memory copy.
 	Fabric fabric.Transport
 	Logger *slog.Logger
+	// OpTimeout bounds every call made with a context that has no deadline
+	// of its own (default 30 s; negative for none): ReadAt, WriteAt and
+	// Close, which take no context, the batched reads and writes, Sync and
+	// the metadata calls, and Connect's wait for the cluster. A call cut
+	// short by it fails with an error that matches ErrTimeout (and
+	// context.DeadlineExceeded); storage and the control plane are retried
+	// until then, so it is also how long a dead cluster takes to show.
+	OpTimeout time.Duration
 }
+
+// DefaultOpTimeout is Config.OpTimeout's default.
+const DefaultOpTimeout = 30 * time.Second
+
+// unreachableWait is how long Connect waits for a control plane whose
+// every replica refuses the connection (or whose address does not
+// resolve) before it says so: long enough for a replica's restart, short
+// enough that a wrong address fails at once to a person.
+const unreachableWait = 3 * time.Second
 
 // Client is a connection to a cluster. Safe for concurrent use.
 type Client struct {
@@ -49,6 +69,7 @@ type Client struct {
 	id      uint64
 	seq     atomic.Uint64
 	log     *slog.Logger
+	timeout time.Duration // OpTimeout; 0 for none
 	leases  readLeases
 	wg      sync.WaitGroup // renewLeases
 
@@ -74,7 +95,12 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Client{log: cfg.Logger}
+	c := &Client{log: cfg.Logger, timeout: cfg.OpTimeout}
+	if c.timeout == 0 {
+		c.timeout = DefaultOpTimeout
+	} else if c.timeout < 0 {
+		c.timeout = 0
+	}
 	var b [8]byte
 	rand.Read(b[:])
 	c.id = binary.LittleEndian.Uint64(b[:]) | 1
@@ -89,13 +115,22 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	c.meta = metapb.NewMetaClient(c.conn)
 	// The watch outlives ctx, which bounds only the wait for the first
-	// map: it runs until Close.
-	wctx, wcancel := context.WithCancel(c.closing)
-	defer wcancel()
-	stop := context.AfterFunc(ctx, wcancel)
-	c.routing, err = routing.Watch(wctx, mgmtdpb.NewMgmtdClient(c.conn), cfg.Logger)
+	// map (with OpTimeout when ctx has no deadline): it runs until Close.
+	wctx, wcancel := context.WithCancelCause(c.closing)
+	defer wcancel(nil)
+	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, c.timeout, ErrTimeout)
+		defer cancel()
+	}
+	stop := context.AfterFunc(ctx, func() { wcancel(context.Cause(ctx)) })
+	c.routing, err = routing.WatchWith(wctx, mgmtdpb.NewMgmtdClient(c.conn),
+		routing.WatchOptions{Logger: cfg.Logger, Unreachable: unreachableWait})
 	stop()
 	if err != nil {
+		if status.Code(err) == codes.Unavailable {
+			err = fmt.Errorf("%w: %w", ErrUnreachable, err)
+		}
 		return fail(fsErr("sluice: connect to", cfg.Cluster, err))
 	}
 	tr := cfg.Fabric
@@ -138,7 +173,15 @@ func (c *Client) Close() error {
 // and deadline travel with the call), ended early, with ErrClosed as the
 // cause, if the client is closed meanwhile. Call the returned func when
 // the call is done.
+//
+// A ctx with no deadline gets the client's OpTimeout, with ErrTimeout as
+// the cause when it ends the call.
 func (c *Client) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); !ok && c.timeout > 0 {
+		tctx, tcancel := context.WithTimeoutCause(ctx, c.timeout, ErrTimeout)
+		cctx, done := c.call(tctx)
+		return cctx, func() { done(); tcancel() }
+	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	if c.closing.Err() != nil { // closed already: end now, not in AfterFunc's goroutine
 		cancel(ErrClosed)
@@ -146,6 +189,17 @@ func (c *Client) call(ctx context.Context) (context.Context, context.CancelFunc)
 	}
 	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
 	return cctx, func() { stop(); cancel(nil) }
+}
+
+// OpTimeout is the bound of calls made without a deadline (0: none).
+func (c *Client) OpTimeout() time.Duration { return c.timeout }
+
+// timedOut names the OpTimeout in err when it is what ended ctx.
+func (c *Client) timedOut(ctx context.Context, err error) error {
+	if err != nil && context.Cause(ctx) == ErrTimeout && !errors.Is(err, ErrTimeout) {
+		return fmt.Errorf("%w (after %v): %w", ErrTimeout, c.timeout, err)
+	}
+	return err
 }
 
 func (c *Client) next() uint64 { return c.seq.Add(1) }
@@ -283,7 +337,7 @@ func (c *Client) closeSession(ctx context.Context, f *File, size uint64, keep bo
 	cctx, done := c.call(ctx)
 	defer done()
 	_, err := c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Size: &size, KeepOpen: keep, Client: c.id, Seq: c.next()})
-	return fsErr("close", f.name, err)
+	return c.timedOut(cctx, fsErr("close", f.name, err))
 }
 
 // Buffer is memory registered with the data plane: reads into it land with

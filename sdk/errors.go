@@ -49,6 +49,13 @@ var (
 	ErrOutOfRange  = errors.New("sluice: range outside its buffer")
 	ErrTooLarge    = errors.New("sluice: file too large")
 
+	// ErrTimeout: a call ran past Config.OpTimeout. It matches
+	// context.DeadlineExceeded too.
+	ErrTimeout error = &stdError{"sluice: operation timed out (Config.OpTimeout)", context.DeadlineExceeded}
+	// ErrUnreachable: Connect found no control-plane replica to talk to
+	// (connection refused, an address that does not resolve).
+	ErrUnreachable = errors.New("sluice: cluster unreachable")
+
 	// ErrClosed is the cause (context.Cause) of the cancellation of calls
 	// in flight when the client is closed.
 	ErrClosed = errors.New("sluice: client closed")

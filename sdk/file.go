@@ -126,13 +126,19 @@ func (f *File) eachPiece(b []byte, off int64, access fabric.Access, fn func(mr f
 // WriteAt writes p at off; the file's length as others see it is set when
 // the file is closed. The chunks p spans are written concurrently.
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
+	return f.WriteAtContext(context.Background(), p, off)
+}
+
+// WriteAtContext is WriteAt cut short when ctx ends (Config.OpTimeout
+// bounds it when ctx has no deadline).
+func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if f.session == 0 {
 		return 0, fmt.Errorf("write %s: not open for writing", f.name)
 	}
 	if off < 0 {
 		return 0, fmt.Errorf("write %s: negative offset", f.name)
 	}
-	if n, err := f.put(context.Background(), p, off); err != nil {
+	if n, err := f.put(ctx, p, off); err != nil {
 		return n, err
 	}
 	f.mu.Lock()
@@ -154,7 +160,7 @@ func (f *File) put(ctx context.Context, p []byte, off int64) (int, error) {
 		return err
 	})
 	if err != nil {
-		return n, fmt.Errorf("write %s: %w", f.name, err)
+		return n, f.c.timedOut(ctx, fmt.Errorf("write %s: %w", f.name, err))
 	}
 	return len(p), nil
 }
@@ -163,6 +169,12 @@ func (f *File) put(ctx context.Context, p []byte, off int64) (int, error) {
 // chunks p spans are read concurrently, each pushed by storage straight
 // into p.
 func (f *File) ReadAt(p []byte, off int64) (int, error) {
+	return f.ReadAtContext(context.Background(), p, off)
+}
+
+// ReadAtContext is ReadAt cut short when ctx ends (Config.OpTimeout
+// bounds it when ctx has no deadline).
+func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("read %s: negative offset", f.name)
 	}
@@ -171,7 +183,7 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 		return 0, io.EOF
 	}
 	want := int(min(int64(len(p)), size-off))
-	ctx, done := f.c.call(context.Background())
+	ctx, done := f.c.call(ctx)
 	defer done()
 	n, err := f.eachPiece(p[:want], off, fabric.AccessRemoteWrite, func(mr fabric.MR, pc piece) error {
 		got, _, err := f.c.store.ReadRegistered(ctx, f.chain(pc.index), f.chunk(pc.index), pc.chunkOff,
@@ -182,7 +194,7 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 		return err
 	})
 	if err != nil {
-		return n, fmt.Errorf("read %s: %w", f.name, err)
+		return n, f.c.timedOut(ctx, fmt.Errorf("read %s: %w", f.name, err))
 	}
 	if want < len(p) {
 		return want, io.EOF

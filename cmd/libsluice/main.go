@@ -31,6 +31,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -103,15 +104,65 @@ var cVersion = C.CString(version)
 //export sluice_version
 func sluice_version() *C.char { return cVersion }
 
-// ctx bounds calls that have no deadline of their own in this ABI.
-func ctx() context.Context { return context.Background() }
+// calls holds the context every call of this ABI runs under (the client's
+// OpTimeout bounds each). sluice_cancel ends it, cutting short every call
+// in flight, and the calls after it get a fresh one: how a caller blocked
+// in a call is interrupted (Python's Ctrl-C). The ABI is per process, so
+// the state is.
+var calls struct {
+	sync.Mutex
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
 
-//export sluice_connect
-func sluice_connect(cluster, token *C.char, out *C.uint64_t) C.int {
+// errInterrupted is the cause of calls ended by sluice_cancel.
+var errInterrupted = errors.New("sluice: interrupted")
+
+// ctx is the context of a call starting now.
+func ctx() context.Context {
+	calls.Lock()
+	defer calls.Unlock()
+	if calls.ctx == nil {
+		calls.ctx, calls.cancel = context.WithCancelCause(context.Background())
+	}
+	return calls.ctx
+}
+
+// sluice_cancel ends every call in flight (they fail with "interrupted");
+// calls made afterwards run as usual.
+//
+//export sluice_cancel
+func sluice_cancel() C.int {
 	return call(func() error {
-		c, err := sdk.Connect(ctx(), sdk.Config{Cluster: C.GoString(cluster), Token: C.GoString(token)})
+		calls.Lock()
+		defer calls.Unlock()
+		if calls.cancel != nil {
+			calls.cancel(errInterrupted)
+		}
+		calls.ctx, calls.cancel = nil, nil
+		return nil
+	})
+}
+
+// interrupted names sluice_cancel in err when it is what ended c.
+func interrupted(c context.Context, err error) error {
+	if err != nil && context.Cause(c) == errInterrupted && !errors.Is(err, errInterrupted) {
+		return fmt.Errorf("%w: %w", errInterrupted, err)
+	}
+	return err
+}
+
+// sluice_connect connects; opTimeoutNs is sdk.Config.OpTimeout in
+// nanoseconds (0: the default, 30 s; negative: none).
+//
+//export sluice_connect
+func sluice_connect(cluster, token *C.char, opTimeoutNs C.int64_t, out *C.uint64_t) C.int {
+	return call(func() error {
+		cx := ctx()
+		c, err := sdk.Connect(cx, sdk.Config{Cluster: C.GoString(cluster), Token: C.GoString(token),
+			OpTimeout: time.Duration(opTimeoutNs)})
 		if err != nil {
-			return err
+			return interrupted(cx, err)
 		}
 		*out = put(c)
 		return nil
@@ -246,9 +297,9 @@ type loaderOptions struct {
 	Seed        uint64   `json:"seed"`
 	Epoch       int64    `json:"epoch"`
 	Rank        int      `json:"rank"`
-	WorldSize   int      `json:"world_size"`
+	WorldSize   *int     `json:"world_size"` // 1 when absent; never 0
+	Workers     *int     `json:"workers"`    // 1 when absent; never 0
 	Worker      int      `json:"worker"`
-	Workers     int      `json:"workers"`
 	DropLast    bool     `json:"drop_last"`
 	Columns     []string `json:"columns"`
 	IndexColumn string   `json:"index_column"`
@@ -269,19 +320,53 @@ func sluice_loader_new(ds C.uint64_t, options *C.char, out *C.uint64_t) C.int {
 		if err := dec.Decode(&o); err != nil {
 			return fmt.Errorf("loader options: %w", err)
 		}
+		// Go's zero means the default; from C a 0 is a mistake (a
+		// world size read from an unset variable), not a request for 1.
+		world, workers := 1, 1
+		if o.WorldSize != nil {
+			if world = *o.WorldSize; world < 1 {
+				return fmt.Errorf("loader options: world_size %d: must be at least 1", world)
+			}
+		}
+		if o.Workers != nil {
+			if workers = *o.Workers; workers < 1 {
+				return fmt.Errorf("loader options: workers %d: must be at least 1", workers)
+			}
+		}
+		if o.Rank < 0 || o.Rank >= world {
+			return fmt.Errorf("loader options: rank %d: must be in [0, world_size %d)", o.Rank, world)
+		}
 		l, err := d.Loader(dataset.LoaderConfig{BatchSize: o.BatchSize, Shuffle: o.Shuffle, Seed: o.Seed, Epoch: o.Epoch,
-			Rank: o.Rank, WorldSize: o.WorldSize, Worker: o.Worker, Workers: o.Workers, DropLast: o.DropLast,
+			Rank: o.Rank, WorldSize: world, Worker: o.Worker, Workers: workers, DropLast: o.DropLast,
 			Columns: o.Columns, IndexColumn: o.IndexColumn, Readers: o.Readers, Prefetch: o.Prefetch})
 		if err != nil {
 			return err
 		}
-		*out = put(&loader{Loader: l})
+		ld := &loader{Loader: l}
+		ld.refs.Store(1) // the handle's
+		*out = put(ld)
 		return nil
 	})
 }
 
-// loader is a dataset loader with the C side's view of it.
-type loader struct{ *dataset.Loader }
+// loader is a dataset loader with the C side's view of it. Its handle and
+// each stream exported from it hold a reference: closing the handle (a
+// Python Loader collected once pa.RecordBatchReader.from_stream took its
+// stream) leaves the loader running until the last stream is released.
+type loader struct {
+	*dataset.Loader
+	refs atomic.Int64
+}
+
+// Close drops the handle's reference.
+func (l *loader) Close() error { return l.release() }
+
+func (l *loader) release() error {
+	if l.refs.Add(-1) == 0 {
+		return l.Loader.Close()
+	}
+	return nil
+}
 
 // sluice_loader_stream exports the rest of the loader's current epoch as
 // an ArrowArrayStream; each get_next is the loader's next batch.
@@ -294,6 +379,7 @@ func sluice_loader_stream(h C.uint64_t, out unsafe.Pointer) C.int {
 			return err
 		}
 		r := &batchReader{l: l}
+		l.refs.Add(1) // released with the stream
 		r.refs.Store(1)
 		cdata.ExportRecordReader(r, (*cdata.CArrowArrayStream)(out))
 		r.Release() // the stream holds its own reference
@@ -366,9 +452,12 @@ type batchReader struct {
 
 func (r *batchReader) Retain() { r.refs.Add(1) }
 func (r *batchReader) Release() {
-	if r.refs.Add(-1) == 0 && r.cur != nil {
-		r.cur.Release()
-		r.cur = nil
+	if r.refs.Add(-1) == 0 {
+		if r.cur != nil {
+			r.cur.Release()
+			r.cur = nil
+		}
+		r.l.release()
 	}
 }
 func (r *batchReader) Schema() *arrow.Schema { return r.l.Schema() }
@@ -377,10 +466,11 @@ func (r *batchReader) Next() bool {
 		r.cur.Release()
 		r.cur = nil
 	}
-	b, err := r.l.Next(ctx())
+	cx := ctx()
+	b, err := r.l.Next(cx)
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
-			r.err = err
+			r.err = interrupted(cx, err)
 		}
 		return false
 	}
@@ -428,7 +518,9 @@ func sluice_file_pread(h C.uint64_t, buf unsafe.Pointer, n, off C.int64_t, got *
 		if n < 0 || off < 0 {
 			return fmt.Errorf("pread %s: %d bytes at %d", f.Name(), int64(n), int64(off))
 		}
-		k, err := f.ReadAt(unsafe.Slice((*byte)(buf), int(n)), int64(off))
+		cx := ctx()
+		k, err := f.ReadAtContext(cx, unsafe.Slice((*byte)(buf), int(n)), int64(off))
+		err = interrupted(cx, err)
 		*got = C.int64_t(k)
 		if errors.Is(err, io.EOF) {
 			return nil
@@ -447,8 +539,9 @@ func sluice_file_pwrite(h C.uint64_t, buf unsafe.Pointer, n, off C.int64_t) C.in
 		if n < 0 || off < 0 {
 			return fmt.Errorf("pwrite %s: %d bytes at %d", f.Name(), int64(n), int64(off))
 		}
-		_, err = f.WriteAt(unsafe.Slice((*byte)(buf), int(n)), int64(off))
-		return err
+		cx := ctx()
+		_, err = f.WriteAtContext(cx, unsafe.Slice((*byte)(buf), int(n)), int64(off))
+		return interrupted(cx, err)
 	})
 }
 

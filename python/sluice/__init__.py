@@ -61,12 +61,23 @@ class _Handle:
 
 
 class Client(_Handle):
-    """A connection to a cluster. Prefer ``sluice.connect``."""
+    """A connection to a cluster. Prefer ``sluice.connect``.
 
-    def __init__(self, cluster=None, token=None):
+    cluster and token default to SLUICE_CLUSTER and SLUICE_TOKEN as they
+    are when the client is made. op_timeout (seconds) bounds every call:
+    None takes SLUICE_OP_TIMEOUT (seconds, or 500ms / 30s / 2m), else 30 s;
+    0 means none. A cluster that does not answer raises SluiceError within
+    it; connecting to an address where nothing listens raises within a few
+    seconds. Ctrl-C interrupts a call with KeyboardInterrupt.
+    """
+
+    def __init__(self, cluster=None, token=None, op_timeout=None):
         self.cluster = cluster or os.environ.get("SLUICE_CLUSTER", "")
         self.token = token or os.environ.get("SLUICE_TOKEN", "")
-        self._own(_lib.handle_out("sluice_connect", self.cluster.encode(), self.token.encode()))
+        if not self.cluster or not self.token:
+            raise SluiceError("sluice: no cluster or token (pass them, or set SLUICE_CLUSTER and SLUICE_TOKEN)")
+        self._own(_lib.handle_out("sluice_connect", self.cluster.encode(), self.token.encode(),
+                                  _lib.op_timeout_ns(op_timeout)))
 
     def dataset(self, name):
         return Dataset(name, client=self)
@@ -86,20 +97,32 @@ _default = None
 _default_lock = threading.Lock()
 
 
-def connect(cluster=None, token=None):
-    """Connects to a cluster (defaults from SLUICE_CLUSTER and SLUICE_TOKEN)
-    and makes it the default connection."""
-    global _default
+def connect(cluster=None, token=None, op_timeout=None):
+    """Connects to a cluster (defaults from SLUICE_CLUSTER and SLUICE_TOKEN;
+    op_timeout as for Client) and makes it the default connection."""
+    global _default, _default_env
     with _default_lock:
-        _default = Client(cluster, token)
+        _default, _default_env = Client(cluster, token, op_timeout), None
         return _default
 
 
+# The environment the default client was made from, when it was made from
+# it (not by connect): a change of SLUICE_CLUSTER, SLUICE_TOKEN or
+# SLUICE_OP_TIMEOUT since makes a new one.
+_default_env = None
+
+
+def _env():
+    return tuple(os.environ.get(k, "") for k in ("SLUICE_CLUSTER", "SLUICE_TOKEN", "SLUICE_OP_TIMEOUT"))
+
+
 def _client():
-    global _default
+    global _default, _default_env
     with _default_lock:
-        if _default is None or _default._pid != os.getpid():
-            _default = Client()
+        stale = _default_env is not None and _default_env != _env()
+        if _default is None or _default._pid != os.getpid() or stale:
+            env = _env()
+            _default, _default_env = Client(), env
         return _default
 
 
@@ -186,14 +209,16 @@ class Loader(_Handle):
         reader = self._reader()
         while True:
             try:
-                batch = reader.read_next_batch()
+                batch = _lib.blocking(reader.read_next_batch)
             except StopIteration:
                 return
-            except pa.ArrowException as e:
+            except (pa.ArrowException, OSError) as e:  # the stream's error is Go's, as an Arrow IOError
                 raise SluiceError(str(e)) from e
             yield batch
 
     def __arrow_c_stream__(self, requested_schema=None):
+        # The stream holds the loader (in libsluice) until it is released,
+        # so it outlives this object: from_stream(ds.loader(...)) works.
         return self._reader().__arrow_c_stream__(requested_schema)
 
     def __len__(self):

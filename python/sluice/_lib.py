@@ -51,7 +51,8 @@ _i64p = ctypes.POINTER(ctypes.c_int64)
 _SIGNATURES = {
     "sluice_last_error": ([], ctypes.c_char_p),
     "sluice_version": ([], ctypes.c_char_p),
-    "sluice_connect": ([ctypes.c_char_p, ctypes.c_char_p, _u64p], ctypes.c_int),
+    "sluice_connect": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64, _u64p], ctypes.c_int),
+    "sluice_cancel": ([], ctypes.c_int),
     "sluice_close": ([ctypes.c_uint64], ctypes.c_int),
     "sluice_dataset_open": ([ctypes.c_uint64, ctypes.c_char_p, _u64p], ctypes.c_int),
     "sluice_dataset_len": ([ctypes.c_uint64, _i64p], ctypes.c_int),
@@ -98,8 +99,58 @@ def check(rc):
     return rc
 
 
+# Calls that return at once: run on the caller's thread, never handed off.
+_QUICK = frozenset([
+    "sluice_last_error", "sluice_version", "sluice_cancel", "sluice_dataset_len", "sluice_dataset_manifest",
+    "sluice_loader_new", "sluice_loader_stream", "sluice_loader_state", "sluice_loader_resume",
+    "sluice_loader_set_epoch", "sluice_loader_steps", "sluice_file_size",
+])
+
+# How long an interrupted call is given to end (sluice_cancel cuts it
+# short) before KeyboardInterrupt is raised anyway.
+_CANCEL_WAIT = 5.0
+
+
+def blocking(fn, *args):
+    """fn(*args), for a call that may block on the cluster, run so that
+    Ctrl-C interrupts it: Python delivers signals to the main thread only
+    between bytecodes, never inside a ctypes call, so on the main thread the
+    call runs on a helper thread while the main thread waits. On
+    KeyboardInterrupt every call in flight is cancelled (sluice_cancel) and
+    given a moment to end (so nothing writes into its buffers afterwards)
+    before the interrupt goes on. On other threads fn runs directly."""
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args)
+    box = {}
+    done = threading.Event()
+
+    def run():
+        try:
+            box["value"] = fn(*args)
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="sluice-call", daemon=True).start()
+    try:
+        while not done.wait(0.1):
+            pass
+    except KeyboardInterrupt:
+        lib().sluice_cancel()
+        done.wait(_CANCEL_WAIT)
+        raise
+    if "error" in box:
+        raise box.pop("error")
+    return box["value"]
+
+
 def call(name, *args):
-    return check(getattr(lib(), name)(*args))
+    fn = getattr(lib(), name)
+    if name in _QUICK:
+        return check(fn(*args))
+    # check runs on the same thread as fn: the last error is per thread.
+    return blocking(lambda: check(fn(*args)))
 
 
 def handle_out(name, *args):
@@ -124,6 +175,37 @@ def json_out(name, *args):
         if needed.value <= size:
             return json.loads(buf.value.decode("utf-8"))
         size = needed.value
+
+
+def op_timeout_ns(seconds):
+    """sluice_connect's opTimeoutNs for an op_timeout in seconds (None: the
+    SLUICE_OP_TIMEOUT variable as it is now, else the default; 0: none)."""
+    if seconds is None:
+        env = os.environ.get("SLUICE_OP_TIMEOUT", "").strip()
+        if not env:
+            return 0  # the library's default (30 s)
+        seconds = parse_duration(env)
+    seconds = float(seconds)
+    if seconds < 0:
+        raise ValueError("op_timeout %r: must be 0 (none) or positive seconds" % seconds)
+    if seconds == 0:
+        return -1  # none
+    return max(1, int(seconds * 1e9))
+
+
+def parse_duration(text):
+    """Seconds in "30", "2.5", "500ms", "30s" or "2m"."""
+    t = text.strip()
+    for suffix, scale in (("ms", 1e-3), ("s", 1.0), ("m", 60.0)):
+        if t.endswith(suffix):
+            t, mult = t[: -len(suffix)], scale
+            break
+    else:
+        mult = 1.0
+    try:
+        return float(t) * mult
+    except ValueError:
+        raise ValueError("SLUICE_OP_TIMEOUT=%r: want seconds (30, 2.5) or 500ms, 30s, 2m" % text) from None
 
 
 def close(h):

@@ -23,10 +23,8 @@ def sample(i):
     return x, int(x @ W > 0), i
 
 
-@pytest.fixture(scope="session")
-def cluster():
-    """An embedded dev cluster in a child process, with dataset "points"."""
-    d = tempfile.mkdtemp(prefix="sluice-py-")
+def start_dev(d):
+    """Starts `sluice dev` in d: the process and its SLUICE_* exports."""
     proc = subprocess.Popen([SLUICE, "dev", "--dir", d, "--listen", "127.0.0.1:0", "--targets", "3"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     env = {}
@@ -39,6 +37,14 @@ def cluster():
     if len(env) < 2:
         proc.kill()
         pytest.fail("sluice dev did not print its exports")
+    return proc, env
+
+
+@pytest.fixture(scope="session")
+def cluster():
+    """An embedded dev cluster in a child process, with dataset "points"."""
+    d = tempfile.mkdtemp(prefix="sluice-py-")
+    proc, env = start_dev(d)
     os.environ.update(env)
     xs, labels, ids = zip(*(sample(i) for i in range(N)))
     table = pa.table({"x": pa.array([x.tobytes() for x in xs], pa.binary()),
