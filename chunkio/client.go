@@ -68,9 +68,9 @@ func (c *Client) WriteRegistered(ctx context.Context, chain routing.ChainID, chu
 // Removing a chunk that does not exist succeeds.
 func (c *Client) Remove(ctx context.Context, chain routing.ChainID, chunk ID) error {
 	err := c.retry(ctx, func(ctx context.Context, r *routing.Routing, ch routing.Chain) error {
-		head := ch.Targets[0]
-		if ch.State(head) != routing.Serving {
-			return fmt.Errorf("chain %d: head %d is %v: %w", chain, head, ch.State(head), ErrUnavailable)
+		head, err := servingHead(ch)
+		if err != nil {
+			return err
 		}
 		req := &storagepb.RemoveRequest{Chain: uint32(chain), ChainVer: ch.Version, Target: uint32(head), Chunk: chunk.Proto()}
 		var resp storagepb.RemoveReply
@@ -136,14 +136,25 @@ func (c *Client) ReadRegistered(ctx context.Context, chain routing.ChainID, chun
 // it returns), and no member's disk is full (then the write fails at once,
 // not after every replica tried).
 func writable(r *routing.Routing, ch routing.Chain) (routing.TargetID, error) {
-	head := ch.Targets[0]
-	if st := ch.State(head); st != routing.Serving {
-		return 0, fmt.Errorf("chain %d: head %d is %v: %w", ch.ID, head, st, ErrUnavailable)
+	head, err := servingHead(ch)
+	if err != nil {
+		return 0, err
 	}
 	for _, t := range ch.Targets {
 		if r.Targets[t].Full {
 			return 0, finalError{fmt.Errorf("chain %d: target %d on %s is full: %w", ch.ID, t, r.Targets[t].Node, ErrNoSpace)}
 		}
+	}
+	return head, nil
+}
+
+// servingHead is the chain's head, if it serves: a chain whose last serving
+// replica is down (kept, offline, at its head) takes nothing until it
+// returns.
+func servingHead(ch routing.Chain) (routing.TargetID, error) {
+	head := ch.Targets[0]
+	if st := ch.State(head); st != routing.Serving {
+		return 0, fmt.Errorf("chain %d: head %d is %v: %w", ch.ID, head, st, ErrUnavailable)
 	}
 	return head, nil
 }

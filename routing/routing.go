@@ -254,8 +254,7 @@ func (c *Chain) Restart(target TargetID) bool {
 		return false
 	}
 	c.Version++
-	if c.States[i] == Serving && len(c.Serving()) == 1 || c.States[i] == Offline {
-		c.States[i] = Serving
+	if c.States[i] == Serving && len(c.Serving()) == 1 {
 		return true
 	}
 	c.Targets = append(slices.Delete(c.Targets, i, i+1), target)

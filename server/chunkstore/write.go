@@ -121,11 +121,7 @@ func (e *Engine) Store(r StoreRequest) (*storagepb.Version, func() error, error)
 		err = w.sync()
 	}
 	if err != nil {
-		if m.Pending != nil {
-			// The failed write may have damaged the pending version's file.
-			m.Pending = nil
-			e.putMeta(id, m, false)
-		}
+		e.dropDamagedPending(id, m)
 		return nil, nil, err
 	}
 	m.Pending, m.ChainVer = v, r.ChainVer
@@ -136,6 +132,16 @@ func (e *Engine) Store(r StoreRequest) (*storagepb.Version, func() error, error)
 		return nil, nil, err
 	}
 	return v, finish, nil
+}
+
+// dropDamagedPending forgets the chunk's pending version after a failed
+// write into the free slot, which is where that version's file is: the
+// write may have damaged it.
+func (e *Engine) dropDamagedPending(id chunkio.ID, m *storagepb.ChunkMeta) {
+	if m.Pending != nil {
+		m.Pending = nil
+		e.putMeta(id, m, false)
+	}
 }
 
 // storeCommit stores v (its bytes: stored) as the chunk's committed
@@ -151,11 +157,7 @@ func (e *Engine) storeCommit(id chunkio.ID, m *storagepb.ChunkMeta, v *storagepb
 		err = w.sync()
 	}
 	if err != nil {
-		if m.Pending != nil {
-			// The failed write may have damaged the pending version's file.
-			m.Pending = nil
-			e.putMeta(id, m, false)
-		}
+		e.dropDamagedPending(id, m)
 		return nil, nil, err
 	}
 	next := &storagepb.ChunkMeta{Committed: v, ChainVer: chainVer, Chain: m.Chain, Applied: applied(m.Applied, v)}
