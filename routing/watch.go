@@ -43,7 +43,7 @@ type WatchOptions struct {
 }
 
 // Watch starts watching; it returns once the first map arrived (or ctx
-// ended). ctx's values (the token metadata) go with every call.
+// ended). The token comes with client's connection (auth.Credentials).
 func Watch(ctx context.Context, client mgmtdpb.MgmtdClient, log *slog.Logger) (*WatchedRouting, error) {
 	return WatchWith(ctx, client, WatchOptions{Logger: log})
 }
