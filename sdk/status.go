@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
+	"github.com/sluicefs/sluice/routing"
 )
 
 // ClusterStatus is the cluster's state, for programs and people alike:
@@ -113,13 +114,11 @@ func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 	for _, ch := range m.Chains {
 		cs := ChainStatus{ID: ch.Id, Version: ch.Version, Targets: []ChainTarget{}}
 		inChain[ch.Id] = map[uint32]string{}
-		for i, t := range ch.Targets {
-			state := mgmtdpb.TargetState_SERVING // a map from before per-chain states
-			if i < len(ch.States) {
-				state = ch.States[i]
-			}
-			cs.Targets = append(cs.Targets, ChainTarget{Target: t, State: stateName(state)})
-			inChain[ch.Id][t] = stateName(state)
+		rc := routing.ChainFromMap(ch) // each member's state, as storage reads it
+		for _, t := range rc.Targets {
+			state := rc.State(t).String()
+			cs.Targets = append(cs.Targets, ChainTarget{Target: uint32(t), State: state})
+			inChain[ch.Id][uint32(t)] = state
 		}
 		out.Chains = append(out.Chains, cs)
 	}
