@@ -333,9 +333,6 @@ func sluice_loader_new(ds C.uint64_t, options *C.char, out *C.uint64_t) C.int {
 				return fmt.Errorf("loader options: workers %d: must be at least 1", workers)
 			}
 		}
-		if o.Rank < 0 || o.Rank >= world {
-			return fmt.Errorf("loader options: rank %d: must be in [0, world_size %d)", o.Rank, world)
-		}
 		l, err := d.Loader(dataset.LoaderConfig{BatchSize: o.BatchSize, Shuffle: o.Shuffle, Seed: o.Seed, Epoch: o.Epoch,
 			Rank: o.Rank, WorldSize: world, Worker: o.Worker, Workers: workers, DropLast: o.DropLast,
 			Columns: o.Columns, IndexColumn: o.IndexColumn, Readers: o.Readers, Prefetch: o.Prefetch})
