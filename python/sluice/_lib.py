@@ -2,6 +2,7 @@
 import ctypes
 import json
 import os
+import sys
 import threading
 
 _lock = threading.Lock()
@@ -118,8 +119,9 @@ def blocking(fn, *args):
     call runs on a helper thread while the main thread waits. On
     KeyboardInterrupt every call in flight is cancelled (sluice_cancel) and
     given a moment to end (so nothing writes into its buffers afterwards)
-    before the interrupt goes on. On other threads fn runs directly."""
-    if threading.current_thread() is not threading.main_thread():
+    before the interrupt goes on. On other threads, and while the
+    interpreter exits (no thread starts then), fn runs directly."""
+    if threading.current_thread() is not threading.main_thread() or sys.is_finalizing():
         return fn(*args)
     box = {}
     done = threading.Event()

@@ -2,10 +2,27 @@
 DataLoader wrapper that checkpoints it.
 
     ds = sluice.torch.IterableDataset("mnist", batch_size=64, seed=0)
-    loader = sluice.torch.DataLoader(ds, num_workers=2)   # spawn workers
+    loader = sluice.torch.DataLoader(ds)
     for batch in loader:
         x, y = batch["image"], batch["label"]             # tensors
     torch.save(loader.state_dict(), "ckpt")
+
+Where the work runs. Reading needs no worker process: the loader's readers
+are threads of libsluice, so without a ``transform`` every batch is read
+and handed over in the calling process, with no copy, and ``num_workers``
+starts no process. A ``transform`` (a function of a batch's dict of
+tensors, for decoding or augmentation) runs in ``num_workers`` worker
+processes (``forkserver`` by default, with torch, pyarrow and sluice
+imported before the fork, so workers start in a fraction of a second).
+Each worker reads every num_workers-th step of its rank with its own
+loader, and the memory budget (``prefetch_bytes``, default 256 MiB) is
+split evenly between them, so a rank holds one budget in all. Torch moves
+a worker's tensors to the training process through shared memory (one
+copy).
+
+``rank`` and ``world_size`` default to torch.distributed's when it is
+initialised (when the dataset is made, or at the latest when iteration
+starts in the training process), else to 0 and 1.
 
 Fixed-width columns become 1-D tensors; fixed_size_list<T>[N] columns
 (embeddings) 2-D tensors of T, one row of N per sample, and
@@ -13,11 +30,11 @@ fixed_size_binary[N] 2-D uint8 tensors. A variable-length column ``c``
 becomes ``batch[c]`` (uint8 values, all samples' bytes end to end; for
 list<T> and large_list<T>, T elements) and ``batch[c + "_offsets"]``
 (int64, sample i is values[off[i]:off[i+1]]).
-Tensors share the batch's memory (no copy in the main process); DataLoader
-workers hand them over as usual. Each worker takes every num_workers-th
-step of its rank, so together they deliver each step once, in order.
+Tensors share the batch's memory (no copy in the process that reads);
+the batch's memory returns to the loader when its tensors are freed.
 """
 import json
+import multiprocessing
 import os
 import warnings
 
@@ -29,55 +46,102 @@ import torch.utils.data
 import sluice
 
 _STATE = "__state__"
+_DEFAULT_PREFETCH = 256 << 20  # the Go loader's default budget
+
+# torch.from_numpy warns once per process that the Arrow memory is read
+# only (it is: batches are immutable); the first conversion silences that.
+_warned = False
 
 
 def to_tensors(batch):
     """A pyarrow.RecordBatch as a dict of torch tensors (no copy)."""
+    global _warned
+    if not _warned:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*not writable.*")
+            out = _to_tensors(batch)
+        _warned = True
+        return out
+    return _to_tensors(batch)
+
+
+def _to_tensors(batch):
     out = {}
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*not writable.*")
-        for name, col in zip(batch.schema.names, batch.columns):
-            if pa.types.is_fixed_size_list(col.type):
-                values = col.flatten().to_numpy(zero_copy_only=True)  # the batch's rows only
-                out[name] = torch.from_numpy(values.reshape(len(col), col.type.list_size))
-            elif pa.types.is_fixed_size_binary(col.type):
-                w = col.type.byte_width
-                values = np.frombuffer(col.buffers()[1], dtype=np.uint8)[col.offset * w: (col.offset + len(col)) * w]
-                out[name] = torch.from_numpy(values.reshape(len(col), w))
-            elif pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
-                offs = col.offsets.to_numpy(zero_copy_only=True)
-                out[name] = torch.from_numpy(col.flatten().to_numpy(zero_copy_only=True))
-                out[name + "_offsets"] = torch.from_numpy(offs.astype(np.int64) - int(offs[0]))
-            elif pa.types.is_binary(col.type) or pa.types.is_string(col.type):
-                bufs = col.buffers()
-                offs = np.frombuffer(bufs[1], dtype=np.int32)[col.offset: col.offset + len(col) + 1]
-                start, end = int(offs[0]), int(offs[-1])
-                values = np.frombuffer(bufs[2], dtype=np.uint8)[start:end] if bufs[2] is not None else np.empty(0, np.uint8)
-                out[name] = torch.from_numpy(values)
-                out[name + "_offsets"] = torch.from_numpy(offs.astype(np.int64) - start)
-            else:
-                out[name] = torch.from_numpy(col.to_numpy(zero_copy_only=True))
+    for name, col in zip(batch.schema.names, batch.columns):
+        if pa.types.is_fixed_size_list(col.type):
+            values = col.flatten().to_numpy(zero_copy_only=True)  # the batch's rows only
+            out[name] = torch.from_numpy(values.reshape(len(col), col.type.list_size))
+        elif pa.types.is_fixed_size_binary(col.type):
+            w = col.type.byte_width
+            values = np.frombuffer(col.buffers()[1], dtype=np.uint8)[col.offset * w: (col.offset + len(col)) * w]
+            out[name] = torch.from_numpy(values.reshape(len(col), w))
+        elif pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            offs = col.offsets.to_numpy(zero_copy_only=True)
+            out[name] = torch.from_numpy(col.flatten().to_numpy(zero_copy_only=True))
+            out[name + "_offsets"] = torch.from_numpy(offs.astype(np.int64) - int(offs[0]))
+        elif pa.types.is_binary(col.type) or pa.types.is_string(col.type):
+            bufs = col.buffers()
+            offs = np.frombuffer(bufs[1], dtype=np.int32)[col.offset: col.offset + len(col) + 1]
+            start, end = int(offs[0]), int(offs[-1])
+            values = np.frombuffer(bufs[2], dtype=np.uint8)[start:end] if bufs[2] is not None else np.empty(0, np.uint8)
+            out[name] = torch.from_numpy(values)
+            out[name + "_offsets"] = torch.from_numpy(offs.astype(np.int64) - start)
+        else:
+            out[name] = torch.from_numpy(col.to_numpy(zero_copy_only=True))
     return out
+
+
+def _distributed():
+    """torch.distributed's (rank, world size), or None when it is not
+    initialised in this process."""
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return None
 
 
 class IterableDataset(torch.utils.data.IterableDataset):
     """One rank's batches of a Sluice dataset as dicts of tensors.
 
     Picklable: it holds the cluster address, token and options, and opens
-    the dataset lazily in whichever process iterates it.
+    the dataset lazily in whichever process iterates it (and keeps it open
+    there across epochs). ``transform``, when given, maps each batch's dict
+    of tensors to what the training loop receives.
     """
 
-    def __init__(self, name, batch_size, shuffle=True, seed=0, epoch=0, rank=0, world_size=1,
-                 columns=None, drop_last=False, cluster=None, token=None, **options):
+    def __init__(self, name, batch_size, shuffle=True, seed=0, epoch=0, rank=None, world_size=None,
+                 columns=None, drop_last=False, transform=None, cluster=None, token=None, **options):
         super().__init__()
         self.name = name
         self.cluster = cluster or os.environ.get("SLUICE_CLUSTER", "")
         self.token = token or os.environ.get("SLUICE_TOKEN", "")
+        self.transform = transform
         self.options = dict(batch_size=batch_size, shuffle=shuffle, seed=seed, rank=rank,
                             world_size=world_size, columns=columns, drop_last=drop_last, **options)
+        self._resolve_ranks()
         self.epoch = epoch
         self._start = None  # a state to resume from, else the epoch's start
-        self._state = None  # the state after the last batch delivered
+        self._state = None  # the state after the last batch delivered (from workers)
+        self._open = None   # (pid, client, dataset, loader) of this process
+        self._gen = None    # the iteration in progress in this process
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state["_open"] = state["_gen"] = None  # a worker opens its own
+        return state
+
+    def _resolve_ranks(self):
+        """Takes rank and world size left unset from torch.distributed, when
+        it is initialised here."""
+        if self.options["rank"] is not None and self.options["world_size"] is not None:
+            return
+        dist = _distributed()
+        if dist is None:
+            return
+        if self.options["rank"] is None:
+            self.options["rank"] = dist[0]
+        if self.options["world_size"] is None:
+            self.options["world_size"] = dist[1]
 
     def set_epoch(self, epoch):
         self.epoch = epoch
@@ -87,59 +151,125 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def state_dict(self):
         if self._state is not None:
             return dict(self._state)
+        live = self._live_loader()
+        if live is not None:
+            return live.state_dict()
         if self._start is not None:
             return dict(self._start)
         return {"epoch": self.epoch, "consumed": 0, "fresh": True}
 
     def load_state_dict(self, state):
+        self._close_iteration()
+        self._state = None
         if state.get("fresh"):
             self.set_epoch(state["epoch"])
             return
         self._start = dict(state)
         self.epoch = state["epoch"]
-        self._state = None
 
-    def _batches(self, worker, workers):
-        client = sluice.Client(self.cluster, self.token)
-        ds = sluice.Dataset(self.name, client=client)
-        loader = ds.loader(epoch=self.epoch, worker=worker, workers=workers, **self.options)
+    def _live_loader(self):
+        """This process's loader while an iteration runs here."""
+        if self._gen is None or self._open is None or self._open[0] != os.getpid():
+            return None
+        return self._open[3]
+
+    def _close_iteration(self):
+        gen, self._gen = self._gen, None
+        if gen is not None and self._open is not None and self._open[0] == os.getpid():
+            gen.close()
+
+    def _loader(self, worker, workers):
+        """This process's loader, positioned at the start of this iteration."""
+        if self._open is None or self._open[0] != os.getpid():
+            opts = {k: v for k, v in self.options.items() if v is not None}
+            if workers > 1:
+                budget = opts.pop("prefetch_bytes", None) or _DEFAULT_PREFETCH
+                opts["prefetch_bytes"] = max(1, budget // workers)
+            client = sluice.Client(self.cluster, self.token)
+            ds = sluice.Dataset(self.name, client=client)
+            loader = ds.loader(epoch=self.epoch, worker=worker, workers=workers, **opts)
+            self._open = (os.getpid(), client, ds, loader)
+        loader = self._open[3]
+        if self._start is not None:
+            loader.load_state_dict(self._start)
+        else:
+            loader.set_epoch(self.epoch)
+        return loader
+
+    def _batches(self, worker, workers, with_state):
+        loader = self._loader(worker, workers)
         try:
-            if self._start is not None:
-                loader.load_state_dict(self._start)
             for batch in loader:
                 out = to_tensors(batch)
-                out[_STATE] = json.dumps(loader.state_dict())
+                if self.transform is not None:
+                    out = self.transform(out)
+                if with_state:
+                    out[_STATE] = json.dumps(loader.state_dict())
                 yield out
         finally:
-            loader.close()
-            ds.close()
-            client.close()
+            if not with_state:  # the state once this iteration is over
+                self._state = loader.state_dict()
 
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
-        if info is None:  # in the main process: track the state here
-            for out in self._batches(0, 1):
-                self._state = json.loads(out.pop(_STATE))
-                yield out
+        if info is not None:  # a DataLoader worker: states travel with the batches
+            yield from self._batches(info.id, info.num_workers, True)
             return
-        yield from self._batches(info.id, info.num_workers)
+        self._close_iteration()
+        self._resolve_ranks()
+        self._state = None
+        self._gen = self._batches(0, 1, False)
+        yield from self._gen
+
+    def close(self):
+        """Closes this process's connection (it reopens on the next iteration)."""
+        self._close_iteration()
+        live, self._open = self._open, None
+        if live is not None and live[0] == os.getpid():
+            for h in (live[3], live[2], live[1]):
+                h.close()
+
+
+# The modules a forkserver imports once, so that each worker it forks
+# starts with them loaded (libsluice itself loads lazily, in the worker).
+_PRELOAD = ["__main__", "numpy", "pyarrow", "torch", "sluice", "sluice.torch"]
+
+
+def _worker_context(name):
+    ctx = multiprocessing.get_context(name)
+    if name == "forkserver":
+        ctx.set_forkserver_preload(_PRELOAD)
+    return ctx
 
 
 class DataLoader:
-    """torch.utils.data.DataLoader over an IterableDataset, with spawn
-    workers by default, batch_size=None (batches come whole), and
-    state_dict / load_state_dict for checkpoints."""
+    """torch.utils.data.DataLoader over an IterableDataset, with
+    batch_size=None (batches come whole), state_dict / load_state_dict for
+    checkpoints, and worker processes only for a dataset's transform
+    (forkserver by default; spawn works too; fork is refused, as libsluice
+    does not survive it)."""
 
-    def __init__(self, dataset, num_workers=0, multiprocessing_context="spawn", **kw):
+    def __init__(self, dataset, num_workers=0, multiprocessing_context="forkserver", **kw):
         self.dataset = dataset
+        if dataset.transform is None:
+            num_workers = 0  # reading needs no process: see the module's doc
         if num_workers == 0:
             multiprocessing_context = None
+        elif isinstance(multiprocessing_context, str):
+            if multiprocessing_context == "fork":
+                raise ValueError("sluice.torch.DataLoader: fork workers cannot use libsluice; use forkserver or spawn")
+            multiprocessing_context = _worker_context(multiprocessing_context)
+        self.num_workers = num_workers
         self._dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
                                                multiprocessing_context=multiprocessing_context, **kw)
 
     def __iter__(self):
+        self.dataset._resolve_ranks()  # before workers take a copy of it
+        if self.num_workers == 0:
+            yield from self._dl
+            return
         for batch in self._dl:
-            state = batch.pop(_STATE, None)
+            state = batch.pop(_STATE, None) if isinstance(batch, dict) else None
             if state is not None:
                 self.dataset._state = json.loads(state)
             yield batch
@@ -149,4 +279,3 @@ class DataLoader:
 
     def load_state_dict(self, state):
         self.dataset.load_state_dict(state)
-        self.dataset._state = None

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import sluice
-from conftest import N, SLUICE, start_dev
+from conftest import N, REPO, SLUICE, start_dev
 
 
 def dead_address():
@@ -138,3 +138,13 @@ def test_ctrl_c_interrupts_a_blocked_call(paused):
     finally:
         timer.cancel()
     assert time.time() - start < 5
+
+
+def test_exit_with_a_loader_still_open(cluster, python):
+    # Closing at interpreter exit cannot use a helper thread (none starts
+    # then): the process must still end, not wait forever.
+    script = ("import sluice\nl = sluice.Dataset('points').loader(batch_size=10)\n"
+              "it = iter(l)\nnext(it)\nprint('read')\n")
+    out = subprocess.run([python, "-c", script], env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout == "read\n", out.stderr

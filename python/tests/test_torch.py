@@ -11,6 +11,11 @@ def features(batch):
     return x, batch["label"]
 
 
+def features_dict(batch):
+    x, y = features(batch)
+    return {"x": x, "label": y}
+
+
 def test_tensors_and_offsets(cluster):
     ds = st.IterableDataset("points", batch_size=10, shuffle=False)
     batch = next(iter(ds))
@@ -18,34 +23,108 @@ def test_tensors_and_offsets(cluster):
     assert batch["id"].tolist() == list(range(10))
 
 
-def test_spawn_workers_cover_each_sample_once_and_resume(cluster):
-    ds = st.IterableDataset("points", batch_size=50, shuffle=True, seed=5)
-    loader = st.DataLoader(ds, num_workers=2)
-    ids = []
+def double_id(batch):
+    """A transform: runs in the workers."""
+    batch["id2"] = batch["id"] * 2
+    batch["pid"] = torch.full((len(batch["id"]),), __import__("os").getpid())
+    return batch
+
+
+def epoch_and_resume(num_workers, transform=None, context="forkserver"):
+    """Iterates an epoch, checkpointing after step 41, and resumes a new
+    loader from the checkpoint: both sample orders."""
+    ds = st.IterableDataset("points", batch_size=50, shuffle=True, seed=5, transform=transform)
+    loader = st.DataLoader(ds, num_workers=num_workers, multiprocessing_context=context)
+    ids, pids = [], set()
     for i, batch in enumerate(loader):
         ids += batch["id"].tolist()
+        if transform is not None:
+            assert batch["id2"].tolist() == [2 * j for j in batch["id"].tolist()]
+            pids |= set(batch["pid"].tolist())
         if i == 40:
             state = loader.state_dict()
             cut = len(ids)
     assert sorted(ids) == list(range(N))
     assert state["consumed"] == 41 * 50
-    ds2 = st.IterableDataset("points", batch_size=50, shuffle=True, seed=5)
-    loader2 = st.DataLoader(ds2, num_workers=2)
+    ds2 = st.IterableDataset("points", batch_size=50, shuffle=True, seed=5, transform=transform)
+    loader2 = st.DataLoader(ds2, num_workers=num_workers, multiprocessing_context=context)
     loader2.load_state_dict(state)
     rest = [i for b in loader2 for i in b["id"].tolist()]
     assert ids[:cut] + rest == ids
+    return pids
 
 
-def test_model_trains_with_spawn_workers(cluster):
+def test_without_transform_reads_in_process_and_resumes(cluster):
+    assert epoch_and_resume(2) == set()
+    ds = st.IterableDataset("points", batch_size=50)
+    assert st.DataLoader(ds, num_workers=2)._dl.num_workers == 0  # no process for plain reads
+
+
+@pytest.mark.parametrize("context", ["forkserver", "spawn"])
+def test_transform_runs_in_workers_and_resumes(cluster, context):
+    pids = epoch_and_resume(2, double_id, context)
+    assert len(pids) == 2 and __import__("os").getpid() not in pids
+
+
+def test_fork_workers_are_refused(cluster):
+    ds = st.IterableDataset("points", batch_size=50, transform=double_id)
+    with pytest.raises(ValueError, match="forkserver or spawn"):
+        st.DataLoader(ds, num_workers=2, multiprocessing_context="fork")
+
+
+def test_iterating_again_repeats_the_epoch_and_state_follows(cluster):
+    ds = st.IterableDataset("points", batch_size=100, shuffle=True, seed=2)
+    loader = st.DataLoader(ds)
+    first = [b["id"].tolist() for b in loader]
+    assert loader.state_dict()["consumed"] == N
+    it = iter(loader)
+    next(it)
+    next(it)
+    assert loader.state_dict()["consumed"] == 200
+    again = [b["id"].tolist() for b in st.DataLoader(ds)]
+    assert again == first
+    ds.set_epoch(1)
+    assert [b["id"].tolist() for b in loader] != first
+
+
+RANK_SCRIPT = """
+import json, os, sys
+import torch.distributed as dist
+import sluice.torch as st
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="file://" + sys.argv[2], rank=rank, world_size=2)
+ds = st.IterableDataset("points", batch_size=40, shuffle=True, seed=9)
+ids = [i for b in st.DataLoader(ds) for i in b["id"].tolist()]
+json.dump({"options": [ds.options["rank"], ds.options["world_size"]], "ids": ids}, open(sys.argv[3], "w"))
+dist.destroy_process_group()
+"""
+
+
+def test_rank_and_world_size_come_from_torch_distributed(cluster, tmp_path, python):
+    import json
+    import os
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(__file__), ".."))
+    procs = [subprocess.Popen([python, "-c", RANK_SCRIPT, str(r), str(tmp_path / "rdv"), str(tmp_path / ("%d.json" % r))],
+                              env=env) for r in range(2)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    got = [json.load(open(tmp_path / ("%d.json" % r))) for r in range(2)]
+    assert [g["options"] for g in got] == [[0, 2], [1, 2]]
+    a, b = set(got[0]["ids"]), set(got[1]["ids"])
+    assert not a & b and a | b == set(range(N)) and len(got[0]["ids"]) == len(got[1]["ids"]) == N // 2
+
+
+def test_model_trains_with_transform_workers(cluster):
     torch.manual_seed(0)
     model = torch.nn.Linear(DIM, 2)
     opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    ds = st.IterableDataset("points", batch_size=16, shuffle=True, seed=0, columns=["x", "label"])
+    ds = st.IterableDataset("points", batch_size=16, shuffle=True, seed=0, columns=["x", "label"], transform=features_dict)
     losses = []
     for epoch in range(2):
         ds.set_epoch(epoch)
         for batch in st.DataLoader(ds, num_workers=2):
-            x, y = features(batch)
+            x, y = batch["x"], batch["label"]
             loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
