@@ -43,9 +43,13 @@ type span struct{ off, n int }
 
 const align = 64 // Arrow's buffer alignment
 
-func newArena(c *sdk.Client, size int) (*arena, error) {
+func newArena(c *sdk.Client, size int, shared bool) (*arena, error) {
 	size = (size + align - 1) &^ (align - 1)
-	buf, err := c.NewBuffer(size)
+	newBuffer := c.NewBuffer
+	if shared {
+		newBuffer = c.NewSharedBuffer
+	}
+	buf, err := newBuffer(size)
 	if err != nil {
 		return nil, fmt.Errorf("batch memory of %d bytes: %w", size, err)
 	}

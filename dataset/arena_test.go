@@ -10,7 +10,7 @@ import (
 // again, the rest of the arena keeps serving, and the memory is unmapped
 // once the arena is closed and every other piece is back — not before.
 func TestArenaQuarantine(t *testing.T) {
-	a, err := newArena(client(t), 4096)
+	a, err := newArena(client(t), 4096, false)
 	if err != nil {
 		t.Fatal(err)
 	}

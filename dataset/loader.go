@@ -35,6 +35,11 @@ type LoaderConfig struct {
 	// that holds batches past it stalls the read-ahead, which logs a warning
 	// every 10 s of waiting.
 	Prefetch int64
+	// SharedMemory puts the budget in a memfd (huge pages where reserved)
+	// that another process can map (Loader.SharedMemory), so batches reach
+	// it with no copy: a DataLoader worker's batches, read by the training
+	// process.
+	SharedMemory bool
 }
 
 // State is where a loader is: enough to continue exactly, with the same or
@@ -140,7 +145,7 @@ func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
 	// caller that keeps the previous batch while asking for the next never
 	// waits forever.
 	budget := max(cfg.Prefetch, 3*d.maxBatchBytes(cols, cfg))
-	a, err := newArena(d.c, int(budget))
+	a, err := newArena(d.c, int(budget), cfg.SharedMemory)
 	if err != nil {
 		return nil, err
 	}
@@ -161,6 +166,14 @@ func (d *Dataset) maxBatchBytes(cols []int, cfg LoaderConfig) int64 {
 	}
 	slices.SortFunc(idx, func(x, y int64) int { return cmp.Compare(size[y], size[x]) })
 	return int64(d.batchSize(idx[:min(len(idx), cfg.BatchSize)], cols, cfg.IndexColumn != ""))
+}
+
+// SharedMemory is the memfd behind the loader's batches and the address
+// it is mapped at here, for a loader made with SharedMemory (else fd is
+// -1). A batch's buffers lie at their address minus base in the memfd.
+// The descriptor is the loader's, valid until it closes.
+func (l *Loader) SharedMemory() (fd int, base uintptr, size int) {
+	return l.a.buf.Fd(), l.a.base, l.a.n
 }
 
 // Schema is the schema of the batches.

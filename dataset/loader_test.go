@@ -1,19 +1,24 @@
 package dataset
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"golang.org/x/sys/unix"
 )
 
 // indices drains one epoch of a loader, checking each batch's contents,
@@ -36,6 +41,21 @@ func indices(t *testing.T, l *Loader, maxBatches int) (out []int64, batches int)
 		batches++
 	}
 	return out, batches
+}
+
+// eachBatch hands f each batch of the loader's current epoch, in order.
+func eachBatch(t *testing.T, l *Loader, f func(*Batch)) {
+	t.Helper()
+	for {
+		b, err := l.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		f(b)
+	}
 }
 
 func newLoader(t *testing.T, d *Dataset, cfg LoaderConfig) *Loader {
@@ -99,14 +119,7 @@ func TestLoaderDropLast(t *testing.T) {
 	for _, dropLast := range []bool{false, true} {
 		l := newLoader(t, d, LoaderConfig{BatchSize: 8, Shuffle: true, WorldSize: 3, Rank: 2, DropLast: dropLast})
 		var partial int
-		for {
-			b, err := l.Next(context.Background())
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+		eachBatch(t, l, func(b *Batch) {
 			if b.Partial {
 				partial++
 				if b.NumRows() >= 8 {
@@ -116,7 +129,7 @@ func TestLoaderDropLast(t *testing.T) {
 				t.Fatalf("full batch has %d rows", b.NumRows())
 			}
 			b.Release()
-		}
+		})
 		// 100 = 4 steps of 3x8 + 4 left: one partial step unless dropped.
 		if want := map[bool]int{false: 1, true: 0}[dropLast]; partial != want || l.Steps() != int64(4+want) {
 			t.Fatalf("dropLast=%v: %d partial batches, %d steps", dropLast, partial, l.Steps())
@@ -240,7 +253,6 @@ func TestLoaderRejectsBadInput(t *testing.T) {
 func TestBatchMemoryIsNotReusedWhileHeld(t *testing.T) {
 	d := makeDataset(t, "held", 2000, 600, 256<<10)
 	l := newLoader(t, d, LoaderConfig{BatchSize: 8, Shuffle: true, Prefetch: 200 << 10, Readers: 4})
-	ctx := context.Background()
 	release := make(chan *Batch, 16)
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -251,20 +263,13 @@ func TestBatchMemoryIsNotReusedWhileHeld(t *testing.T) {
 		}
 	}()
 	var held []*Batch
-	for {
-		b, err := l.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachBatch(t, l, func(b *Batch) {
 		if b.Step%25 == 0 {
 			held = append(held, b)
 		} else {
 			release <- b
 		}
-	}
+	})
 	close(release)
 	wg.Wait()
 	for _, b := range held {
@@ -344,3 +349,50 @@ func TestLoaderSaysWhenBatchesAreHeld(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestSharedMemoryLoaderIsMappableElsewhere maps a shared loader's memfd a
+// second time, as another process would through /proc/PID/fd, and finds
+// every buffer of every batch there, byte for byte.
+func TestSharedMemoryLoaderIsMappableElsewhere(t *testing.T) {
+	d := makeDataset(t, "shared", 300, 600, 256<<10)
+	if fd, _, _ := newLoader(t, d, LoaderConfig{BatchSize: 8}).SharedMemory(); fd != -1 {
+		t.Fatalf("a loader without SharedMemory has memfd %d", fd)
+	}
+	l := newLoader(t, d, LoaderConfig{BatchSize: 16, Shuffle: true, SharedMemory: true})
+	fd, base, size := l.SharedMemory()
+	if fd < 0 || size <= 0 {
+		t.Fatalf("shared loader: memfd %d, %d bytes", fd, size)
+	}
+	f, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	other, err := unix.Mmap(int(f.Fd()), 0, size, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(other)
+	var seen int
+	eachBatch(t, l, func(b *Batch) {
+		for _, col := range b.Columns() {
+			for _, buf := range col.Data().Buffers() {
+				if buf == nil || buf.Len() == 0 {
+					continue
+				}
+				off := int(uintptr(unsafe.Pointer(&buf.Bytes()[0])) - base)
+				if off < 0 || off+buf.Len() > size {
+					t.Fatalf("a batch buffer at offset %d (%d bytes) is outside the %d-byte memfd", off, buf.Len(), size)
+				}
+				if !bytes.Equal(other[off:off+buf.Len()], buf.Bytes()) {
+					t.Fatalf("the second mapping differs at offset %d", off)
+				}
+			}
+		}
+		seen += int(b.NumRows())
+		b.Release()
+	})
+	if seen != 300 {
+		t.Fatalf("%d samples, want 300", seen)
+	}
+}

@@ -3,9 +3,7 @@ package dataset
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -155,21 +153,14 @@ func checkTensorDataset(t *testing.T, name string, src *arrow.Schema, n int) {
 	}
 	l := newLoader(t, d, LoaderConfig{BatchSize: 37, Shuffle: true, Seed: 3})
 	seen := map[int64]bool{}
-	for {
-		b, err := l.Next(context.Background())
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	eachBatch(t, l, func(b *Batch) {
 		idx := b.Column(int(b.NumCols()) - 1).(*array.Int64).Int64Values()
 		checkTensorBatch(t, b.RecordBatch, idx)
 		for _, i := range idx {
 			seen[i] = true
 		}
 		b.Release()
-	}
+	})
 	if len(seen) != n {
 		t.Fatalf("%d distinct samples loaded, want %d", len(seen), n)
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/rpc"
+	"github.com/sluicefs/sluice/shmring"
 )
 
 // Config says which cluster to use. Empty fields come from the environment:
@@ -344,8 +345,9 @@ func (c *Client) closeSession(ctx context.Context, f *File, size uint64, keep bo
 // no copy (ReadBatch). It is mapped memory, not Go heap, so it may be handed
 // to C (Arrow's C data interface, libsluice). Free it with Release.
 type Buffer struct {
-	B  []byte
-	mr fabric.MR
+	B   []byte
+	mr  fabric.MR
+	seg *shmring.Segment // the memfd behind a shared buffer; nil otherwise
 }
 
 // NewBuffer maps and registers n bytes for batched I/O.
@@ -357,19 +359,50 @@ func (c *Client) NewBuffer(n int) (*Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new buffer of %d bytes: %w", n, err)
 	}
+	return c.register(b, nil)
+}
+
+// NewSharedBuffer is NewBuffer over a memfd (huge pages where reserved),
+// which another process may map through Fd (by /proc/PID/fd/FD or a passed
+// descriptor) to read what lands in it with no copy.
+func (c *Client) NewSharedBuffer(n int) (*Buffer, error) {
+	seg, err := shmring.NewSegment("sluice-buffer", n, true)
+	if err != nil {
+		return nil, fmt.Errorf("new shared buffer of %d bytes: %w", n, err)
+	}
+	return c.register(seg.Bytes()[:n], seg)
+}
+
+func (c *Client) register(b []byte, seg *shmring.Segment) (*Buffer, error) {
 	mr, err := c.ep.RegisterMemory(b, fabric.AccessRemoteReadWrite)
 	if err != nil {
-		unix.Munmap(b)
+		unmap(b, seg)
 		return nil, err
 	}
-	return &Buffer{B: b, mr: mr}, nil
+	return &Buffer{B: b, mr: mr, seg: seg}, nil
+}
+
+func unmap(b []byte, seg *shmring.Segment) error {
+	if seg != nil {
+		return seg.Close()
+	}
+	return unix.Munmap(b)
+}
+
+// Fd is the memfd of a shared buffer (NewSharedBuffer), -1 for others. It
+// is the buffer's: it closes with Release.
+func (b *Buffer) Fd() int {
+	if b.seg == nil {
+		return -1
+	}
+	return b.seg.Fd()
 }
 
 // Release deregisters and unmaps the buffer; it waits for accesses in
 // flight, and B must not be used afterwards.
 func (b *Buffer) Release() error {
 	err := b.mr.Deregister()
-	if uerr := unix.Munmap(b.B); err == nil {
+	if uerr := unmap(b.B, b.seg); err == nil {
 		err = uerr
 	}
 	b.B = nil

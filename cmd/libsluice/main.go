@@ -305,6 +305,7 @@ type loaderOptions struct {
 	IndexColumn string   `json:"index_column"`
 	Readers     int      `json:"readers"`
 	Prefetch    int64    `json:"prefetch_bytes"`
+	Shared      bool     `json:"shared_memory"`
 }
 
 //export sluice_loader_new
@@ -335,7 +336,8 @@ func sluice_loader_new(ds C.uint64_t, options *C.char, out *C.uint64_t) C.int {
 		}
 		l, err := d.Loader(dataset.LoaderConfig{BatchSize: o.BatchSize, Shuffle: o.Shuffle, Seed: o.Seed, Epoch: o.Epoch,
 			Rank: o.Rank, WorldSize: world, Worker: o.Worker, Workers: workers, DropLast: o.DropLast,
-			Columns: o.Columns, IndexColumn: o.IndexColumn, Readers: o.Readers, Prefetch: o.Prefetch})
+			Columns: o.Columns, IndexColumn: o.IndexColumn, Readers: o.Readers, Prefetch: o.Prefetch,
+			SharedMemory: o.Shared})
 		if err != nil {
 			return err
 		}
@@ -422,6 +424,24 @@ func sluice_loader_set_epoch(h C.uint64_t, epoch C.int64_t) C.int {
 			return err
 		}
 		l.SetEpoch(int64(epoch))
+		return nil
+	})
+}
+
+// sluice_loader_memory gives a loader made with shared_memory its memfd
+// (-1 for others), the address batches are mapped at here and the size: a
+// batch buffer at address p lies at p-addr in the memfd, which another
+// process maps through /proc/PID/fd/FD.
+//
+//export sluice_loader_memory
+func sluice_loader_memory(h C.uint64_t, fd *C.int64_t, addr *C.uint64_t, size *C.int64_t) C.int {
+	return call(func() error {
+		l, err := get[*loader](h)
+		if err != nil {
+			return err
+		}
+		f, base, n := l.SharedMemory()
+		*fd, *addr, *size = C.int64_t(f), C.uint64_t(base), C.int64_t(n)
 		return nil
 	})
 }

@@ -191,7 +191,9 @@ class Loader(_Handle):
     epoch e. ``state_dict()`` after any batch, given to ``load_state_dict``
     of a new loader (even with another world size), continues exactly.
     Options: batch_size, shuffle, seed, epoch, rank, world_size, columns,
-    drop_last, index_column, readers, prefetch_bytes, worker, workers.
+    drop_last, index_column, readers, prefetch_bytes, worker, workers,
+    shared_memory (batches in a memfd another process can map: see
+    ``shared_memory()``).
     """
 
     def __init__(self, dataset, **options):
@@ -224,6 +226,17 @@ class Loader(_Handle):
     def __len__(self):
         """Steps this rank takes in a whole epoch."""
         return _lib.int_out("sluice_loader_steps", ctypes.c_uint64(self.handle()))
+
+    def shared_memory(self):
+        """For a loader made with shared_memory=True, (fd, addr, size): its
+        batches' memfd, the address it is mapped at here and its size; a
+        buffer at address p lies at p - addr in the memfd, which another
+        process of the same user maps through /proc/PID/fd/FD. None for
+        other loaders."""
+        fd, addr, size = ctypes.c_int64(), ctypes.c_uint64(), ctypes.c_int64()
+        _lib.call("sluice_loader_memory", ctypes.c_uint64(self.handle()), ctypes.byref(fd), ctypes.byref(addr),
+                  ctypes.byref(size))
+        return None if fd.value < 0 else (fd.value, addr.value, size.value)
 
     def set_epoch(self, epoch):
         _lib.call("sluice_loader_set_epoch", ctypes.c_uint64(self.handle()), int(epoch))

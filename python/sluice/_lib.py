@@ -68,6 +68,7 @@ _SIGNATURES = {
     "sluice_loader_resume": ([ctypes.c_uint64, ctypes.c_char_p], ctypes.c_int),
     "sluice_loader_set_epoch": ([ctypes.c_uint64, ctypes.c_int64], ctypes.c_int),
     "sluice_loader_steps": ([ctypes.c_uint64, _i64p], ctypes.c_int),
+    "sluice_loader_memory": ([ctypes.c_uint64, _i64p, _u64p, _i64p], ctypes.c_int),
     "sluice_file_open": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int, _u64p], ctypes.c_int),
     "sluice_file_pread": ([ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, _i64p], ctypes.c_int),
     "sluice_file_pwrite": ([ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64], ctypes.c_int),
@@ -104,7 +105,7 @@ def check(rc):
 _QUICK = frozenset([
     "sluice_last_error", "sluice_version", "sluice_cancel", "sluice_dataset_len", "sluice_dataset_manifest",
     "sluice_loader_new", "sluice_loader_stream", "sluice_loader_state", "sluice_loader_resume",
-    "sluice_loader_set_epoch", "sluice_loader_steps", "sluice_file_size",
+    "sluice_loader_set_epoch", "sluice_loader_steps", "sluice_loader_memory", "sluice_file_size",
 ])
 
 # How long an interrupted call is given to end (sluice_cancel cuts it

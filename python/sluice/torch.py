@@ -16,9 +16,12 @@ processes (``forkserver`` by default, with torch, pyarrow and sluice
 imported before the fork, so workers start in a fraction of a second).
 Each worker reads every num_workers-th step of its rank with its own
 loader, and the memory budget (``prefetch_bytes``, default 256 MiB) is
-split evenly between them, so a rank holds one budget in all. Torch moves
-a worker's tensors to the training process through shared memory (one
-copy).
+split evenly between them, so a rank holds one budget in all. A worker's
+batch memory is a memfd the training process maps: tensors that are views
+of a batch (what to_tensors gives, and what a transform passes through)
+reach the training process with no copy, and the worker reuses their
+memory once the last of them is freed there; tensors a transform makes
+travel torch's usual way (``zero_copy=False`` sends everything that way).
 
 ``rank`` and ``world_size`` default to torch.distributed's when it is
 initialised (when the dataset is made, or at the latest when iteration
@@ -33,10 +36,17 @@ list<T> and large_list<T>, T elements) and ``batch[c + "_offsets"]``
 Tensors share the batch's memory (no copy in the process that reads);
 the batch's memory returns to the loader when its tensors are freed.
 """
+import contextlib
 import json
+import mmap
 import multiprocessing
 import os
+import secrets
+import socket
+import struct
+import threading
 import warnings
+import weakref
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +55,8 @@ import torch.utils.data
 
 import sluice
 
-_STATE = "__state__"
+# Keys of what a worker sends the training process for each batch.
+_STATE, _BATCH, _SHARED = "__sluice_state__", "__sluice_batch__", "__sluice_shared__"
 _DEFAULT_PREFETCH = 256 << 20  # the Go loader's default budget
 
 # torch.from_numpy warns once per process that the Arrow memory is read
@@ -53,16 +64,22 @@ _DEFAULT_PREFETCH = 256 << 20  # the Go loader's default budget
 _warned = False
 
 
+@contextlib.contextmanager
+def _read_only_ok():
+    global _warned
+    if _warned:
+        yield
+        return
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*not writable.*")
+        yield
+    _warned = True
+
+
 def to_tensors(batch):
     """A pyarrow.RecordBatch as a dict of torch tensors (no copy)."""
-    global _warned
-    if not _warned:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*not writable.*")
-            out = _to_tensors(batch)
-        _warned = True
-        return out
-    return _to_tensors(batch)
+    with _read_only_ok():
+        return _to_tensors(batch)
 
 
 def _to_tensors(batch):
@@ -124,6 +141,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._state = None  # the state after the last batch delivered (from workers)
         self._open = None   # (pid, client, dataset, loader) of this process
         self._gen = None    # the iteration in progress in this process
+        self._handoff = False  # set by DataLoader: workers share batch memory
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -185,6 +203,8 @@ class IterableDataset(torch.utils.data.IterableDataset):
             if workers > 1:
                 budget = opts.pop("prefetch_bytes", None) or _DEFAULT_PREFETCH
                 opts["prefetch_bytes"] = max(1, budget // workers)
+            if self._handoff and torch.utils.data.get_worker_info() is not None:
+                opts["shared_memory"] = True
             client = sluice.Client(self.cluster, self.token)
             ds = sluice.Dataset(self.name, client=client)
             loader = ds.loader(epoch=self.epoch, worker=worker, workers=workers, **opts)
@@ -198,14 +218,19 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     def _batches(self, worker, workers, with_state):
         loader = self._loader(worker, workers)
+        handoff = _Handoff.of(loader) if with_state and self._handoff else None
         try:
             for batch in loader:
                 out = to_tensors(batch)
                 if self.transform is not None:
                     out = self.transform(out)
-                if with_state:
+                if handoff is not None:
+                    yield handoff.send(batch, out, json.dumps(loader.state_dict()))
+                elif with_state and isinstance(out, dict):
                     out[_STATE] = json.dumps(loader.state_dict())
-                yield out
+                    yield out
+                else:
+                    yield out
         finally:
             if not with_state:  # the state once this iteration is over
                 self._state = loader.state_dict()
@@ -230,6 +255,137 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 h.close()
 
 
+class _Handoff:
+    """A worker's side of handing batches to the training process with no
+    copy. Its loader's batches lie in a memfd; for each tensor that is a
+    view of it, the worker sends where it lies instead of the bytes, and
+    keeps the batch until the training process says (by a datagram to this
+    worker's socket) that the last of those tensors is gone."""
+
+    _by_pid = {}
+
+    @classmethod
+    def of(cls, loader):
+        h = cls._by_pid.get(os.getpid())
+        if h is None or h.loader is not loader:
+            h = cls._by_pid[os.getpid()] = cls(loader)
+        return h
+
+    def __init__(self, loader):
+        self.loader = loader
+        self.fd, self.base, self.size = loader.shared_memory()
+        self.pid = os.getpid()
+        self.name = "\0sluice-torch-%d-%s" % (self.pid, secrets.token_hex(6))
+        self.held = {}
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.name)
+        threading.Thread(target=self._released, name="sluice-handoff", daemon=True).start()
+
+    def _released(self):
+        while True:
+            data = self.sock.recv(8 * 1024)
+            with self.lock:
+                for (seq,) in struct.iter_unpack("<q", data[: len(data) // 8 * 8]):
+                    self.held.pop(seq, None)
+
+    def send(self, batch, out, state):
+        if not isinstance(out, dict):
+            return {_BATCH: out, _SHARED: None, _STATE: state}
+        plain, shared = {}, {}
+        for k, v in out.items():
+            if (isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.is_contiguous() and v.numel() > 0
+                    and self.base <= v.data_ptr() and v.data_ptr() + _nbytes(v) <= self.base + self.size):
+                shared[k] = (v.data_ptr() - self.base, _nbytes(v), v.dtype, tuple(v.shape))
+            elif isinstance(v, torch.Tensor) and v.device.type == "cpu" and _nbytes(v) <= _INLINE:
+                plain[k] = _Inline(v)  # pickled with the message: cheaper than a shared segment
+            else:
+                plain[k] = v
+        if not shared:
+            return {_BATCH: plain, _SHARED: None, _STATE: state}
+        self.seq += 1
+        with self.lock:
+            self.held[self.seq] = batch
+        return {_BATCH: plain, _SHARED: (self.pid, self.fd, self.name, self.seq, shared), _STATE: state}
+
+
+# Tensors up to this size that are not views of the loader's memory
+# (offsets rebased by to_tensors, small tensors a transform makes) travel
+# inside the message, not through torch's shared memory.
+_INLINE = 64 << 10
+
+
+class _Inline:
+    """A small tensor's bytes, pickled by value (torch would move it
+    through a shared memory segment of its own)."""
+
+    __slots__ = ("data", "dtype", "shape")
+
+    def __init__(self, t):
+        self.data, self.dtype, self.shape = t.numpy().tobytes(), t.dtype, tuple(t.shape)
+
+    def tensor(self):
+        if not self.data:
+            return torch.empty(self.shape, dtype=self.dtype)
+        return torch.frombuffer(bytearray(self.data), dtype=self.dtype).reshape(self.shape)
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()
+
+
+_release_sock = None
+
+
+def _release(name, seq):
+    """Tells a worker that the training process is done with a batch."""
+    global _release_sock
+    try:
+        if _release_sock is None:
+            _release_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        _release_sock.sendto(struct.pack("<q", seq), name)
+    except OSError:
+        pass  # the worker is gone, and its memory with it
+
+
+class _Receiver:
+    """The training process's side: maps each worker's memfd once and
+    makes tensors over it."""
+
+    def __init__(self):
+        self.maps = {}
+
+    def receive(self, item):
+        out = item[_BATCH]
+        if isinstance(out, dict):
+            out = {k: v.tensor() if isinstance(v, _Inline) else v for k, v in out.items()}
+        meta = item[_SHARED]
+        if meta is None:
+            return out
+        pid, fd, name, seq, shared = meta
+        mm = self.maps.get((pid, fd))
+        if mm is None:
+            try:
+                f = os.open("/proc/%d/fd/%d" % (pid, fd), os.O_RDONLY)
+            except OSError as e:
+                raise sluice.SluiceError("sluice.torch: cannot map worker %d's batch memory (%s); pass "
+                                         "zero_copy=False to DataLoader to have torch copy batches" % (pid, e)) from e
+            try:
+                mm = mmap.mmap(f, os.fstat(f).st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+            finally:
+                os.close(f)
+            self.maps[(pid, fd)] = mm
+        # Every tensor of this batch is a view of base, which the worker is
+        # told about once the last of them is gone.
+        base = np.frombuffer(mm, dtype=np.uint8)
+        weakref.finalize(base, _release, name, seq)
+        with _read_only_ok():
+            for k, (off, n, dtype, shape) in shared.items():
+                out[k] = torch.from_numpy(base[off: off + n]).view(dtype).reshape(shape)
+        return out
+
+
 # The modules a forkserver imports once, so that each worker it forks
 # starts with them loaded (libsluice itself loads lazily, in the worker).
 _PRELOAD = ["__main__", "numpy", "pyarrow", "torch", "sluice", "sluice.torch"]
@@ -249,8 +405,9 @@ class DataLoader:
     (forkserver by default; spawn works too; fork is refused, as libsluice
     does not survive it)."""
 
-    def __init__(self, dataset, num_workers=0, multiprocessing_context="forkserver", **kw):
+    def __init__(self, dataset, num_workers=0, multiprocessing_context="forkserver", zero_copy=True, **kw):
         self.dataset = dataset
+        dataset._handoff = zero_copy
         if dataset.transform is None:
             num_workers = 0  # reading needs no process: see the module's doc
         if num_workers == 0:
@@ -268,11 +425,16 @@ class DataLoader:
         if self.num_workers == 0:
             yield from self._dl
             return
-        for batch in self._dl:
-            state = batch.pop(_STATE, None) if isinstance(batch, dict) else None
+        receiver = _Receiver()
+        for item in self._dl:
+            if isinstance(item, dict) and _BATCH in item:
+                self.dataset._state = json.loads(item[_STATE])
+                yield receiver.receive(item)
+                continue
+            state = item.pop(_STATE, None) if isinstance(item, dict) else None
             if state is not None:
                 self.dataset._state = json.loads(state)
-            yield batch
+            yield item
 
     def state_dict(self):
         return self.dataset.state_dict()

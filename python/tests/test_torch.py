@@ -178,3 +178,49 @@ def test_fixed_size_list_is_not_copied():
     t = st.to_tensors(pa.record_batch([col], names=["v"]))["v"]
     assert tuple(t.shape) == (5, 4) and t[0, 0].item() == 8
     assert t.data_ptr() == col.values.buffers()[1].address + 8 * 4
+
+
+def memfd_ranges():
+    """The address ranges of this process's mappings of loader memfds."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            if "memfd:sluice-buffer" in line:
+                lo, hi = line.split()[0].split("-")
+                out.append((int(lo, 16), int(hi, 16)))
+    return out
+
+
+def keep_x(batch):
+    return {"x": batch["x"], "id": batch["id"], "id_plus": batch["id"] + 1}
+
+
+def test_worker_batches_reach_the_training_process_without_a_copy(cluster):
+    # Each worker's budget holds three batches (prefetch_bytes=1 is raised
+    # to that), so the epoch finishes only if the training process hands
+    # every batch's memory back as its tensors go.
+    ds = st.IterableDataset("points", batch_size=20, shuffle=True, seed=3, transform=keep_x, prefetch_bytes=1)
+    ids = []
+    for batch in st.DataLoader(ds, num_workers=2, timeout=60):
+        ranges = memfd_ranges()
+        for name in ("x", "id"):  # views of the worker's batch memory, mapped here
+            p = batch[name].data_ptr()
+            assert any(lo <= p < hi for lo, hi in ranges), "%s was copied" % name
+        p = batch["id_plus"].data_ptr()  # made by the transform: torch's usual way
+        assert not any(lo <= p < hi for lo, hi in ranges)
+        assert batch["id_plus"].tolist() == [i + 1 for i in batch["id"].tolist()]
+        xs = batch["x"].view(torch.float32).reshape(-1, DIM).numpy()
+        for j, i in enumerate(batch["id"].tolist()):
+            assert np.array_equal(xs[j], __import__("conftest").sample(i)[0])
+        ids += batch["id"].tolist()
+    assert sorted(ids) == list(range(N))
+
+
+def test_zero_copy_off_copies(cluster):
+    ds = st.IterableDataset("points", batch_size=500, transform=keep_x)
+    n = 0
+    for batch in st.DataLoader(ds, num_workers=2, zero_copy=False, timeout=60):
+        p = batch["x"].data_ptr()
+        assert not any(lo <= p < hi for lo, hi in memfd_ranges())
+        n += len(batch["id"])
+    assert n == N
