@@ -139,15 +139,17 @@ func newDatasetCmd() *cobra.Command {
 	order.Flags().BoolVar(&oc.DropLast, "drop-last", false, "drop the final partial step")
 	var bc dataset.LoaderConfig
 	var epochs int
+	var check bool
 	bench := withDataset(&cobra.Command{Use: "bench NAME", Short: "Run shuffled epochs through the loader and print batches/s, samples/s and MB/s as JSON",
 		Args: cobra.ExactArgs(1)},
 		func(ctx context.Context, d *dataset.Dataset, out io.Writer) error {
-			return benchLoader(ctx, out, d, bc, epochs)
+			return benchLoader(ctx, out, d, bc, epochs, check)
 		})
 	bench.Flags().IntVar(&bc.BatchSize, "batch-size", 256, "samples per batch")
 	bench.Flags().IntVar(&epochs, "epochs", 2, "epochs")
 	bench.Flags().Uint64Var(&bc.Seed, "seed", 0, "shuffle seed")
 	bench.Flags().IntVar(&bc.Readers, "readers", 4, "batches read in parallel")
+	bench.Flags().BoolVar(&check, "check", false, "check every sample comes once per epoch and report byte_sum, the sum of every byte of the binary columns (what a consumer that touches each byte pays)")
 	root.AddCommand(imp, inspect, verify, ls, rm, order, bench)
 	return root
 }
@@ -247,15 +249,21 @@ func printOrder(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg data
 }
 
 // benchLoader times epochs of shuffled batches, touching nothing but the
-// batches' existence (what a consumer handed zero-copy buffers pays).
-func benchLoader(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg dataset.LoaderConfig, epochs int) error {
+// batches' existence (what a consumer handed zero-copy buffers pays), or
+// with check every byte of the binary columns and every sample's index.
+func benchLoader(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg dataset.LoaderConfig, epochs int, check bool) error {
 	cfg.Shuffle = true
+	if check {
+		cfg.IndexColumn = "__index__"
+	}
 	l, err := d.Loader(cfg)
 	if err != nil {
 		return err
 	}
 	defer l.Close()
 	var batches, samples, bytes int64
+	var sum uint64
+	seen := make([]int32, d.Manifest().Samples)
 	t0 := time.Now()
 	for e := 0; e < epochs; e++ {
 		l.SetEpoch(int64(e))
@@ -263,13 +271,50 @@ func benchLoader(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg dat
 			batches++
 			samples += b.NumRows()
 			bytes += b.Bytes
+			if check {
+				for _, i := range b.Column(int(b.NumCols()) - 1).(*array.Int64).Int64Values() {
+					seen[i]++
+				}
+				sum += binarySum(b.RecordBatch)
+			}
 			return nil
 		})
 		if err != nil {
 			return err
 		}
+		if check {
+			for i, n := range seen {
+				if n != 1 {
+					return fmt.Errorf("epoch %d delivered sample %d %d times", e, i, n)
+				}
+				seen[i] = 0
+			}
+		}
 	}
 	secs := time.Since(t0).Seconds()
-	return json.NewEncoder(out).Encode(map[string]float64{"batches_per_s": float64(batches) / secs,
-		"samples_per_s": float64(samples) / secs, "mb_per_s": float64(bytes) / 1e6 / secs, "seconds": secs})
+	res := map[string]any{"batches_per_s": float64(batches) / secs, "samples_per_s": float64(samples) / secs,
+		"mb_per_s": float64(bytes) / 1e6 / secs, "seconds": secs}
+	if check {
+		res["byte_sum"] = sum
+	}
+	return json.NewEncoder(out).Encode(res)
+}
+
+// binarySum adds up every value byte of the batch's binary columns.
+func binarySum(b arrow.RecordBatch) uint64 {
+	var sum uint64
+	for _, col := range b.Columns() {
+		var vals []byte
+		switch a := col.(type) {
+		case interface{ ValueBytes() []byte }: // binary and string, offsets applied
+			vals = a.ValueBytes()
+		case *array.FixedSizeBinary:
+			w := a.DataType().(*arrow.FixedSizeBinaryType).ByteWidth
+			vals = a.Data().Buffers()[1].Bytes()[a.Offset()*w : (a.Offset()+a.Len())*w]
+		}
+		for _, v := range vals {
+			sum += uint64(v)
+		}
+	}
+	return sum
 }

@@ -30,3 +30,32 @@ func TestCellPreviewsTensors(t *testing.T) {
 		t.Fatalf("fixed_size_binary cell %q", got)
 	}
 }
+
+func TestBinarySumCountsOnlyTheBatchRows(t *testing.T) {
+	mem := memory.DefaultAllocator
+	bb := array.NewBinaryBuilder(mem, arrow.BinaryTypes.Binary)
+	defer bb.Release()
+	for _, v := range []string{"\x01\x01", "\x02", "\x03\x03\x03", "\x04"} {
+		bb.Append([]byte(v))
+	}
+	bin := bb.NewArray()
+	defer bin.Release()
+	fb := array.NewFixedSizeBinaryBuilder(mem, &arrow.FixedSizeBinaryType{ByteWidth: 2})
+	defer fb.Release()
+	for _, v := range []string{"\x10\x10", "\x20\x20", "\x30\x30", "\x40\x40"} {
+		fb.Append([]byte(v))
+	}
+	fixed := fb.NewArray()
+	defer fixed.Release()
+	schema := arrow.NewSchema([]arrow.Field{{Name: "b", Type: bin.DataType()}, {Name: "f", Type: fixed.DataType()}}, nil)
+	rec := array.NewRecordBatch(schema, []arrow.Array{bin, fixed}, 4)
+	defer rec.Release()
+	if got := binarySum(rec); got != 2+2+9+4+2*(0x10+0x20+0x30+0x40) {
+		t.Fatalf("sum %d over the whole batch", got)
+	}
+	part := rec.NewSlice(1, 3) // rows 1 and 2
+	defer part.Release()
+	if got := binarySum(part); got != 2+9+2*(0x20+0x30) {
+		t.Fatalf("sum %d over rows 1-2", got)
+	}
+}

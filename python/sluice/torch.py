@@ -141,7 +141,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._state = None  # the state after the last batch delivered (from workers)
         self._open = None   # (pid, client, dataset, loader) of this process
         self._gen = None    # the iteration in progress in this process
-        self._handoff = False  # set by DataLoader: workers share batch memory
+        self._handoff = None  # DataLoader's socket for workers' batch memory (zero copy)
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -218,7 +218,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
     def _batches(self, worker, workers, with_state):
         loader = self._loader(worker, workers)
-        handoff = _Handoff.of(loader) if with_state and self._handoff else None
+        handoff = _Handoff.of(loader, self._handoff) if with_state and self._handoff else None
         try:
             for batch in loader:
                 out = to_tensors(batch)
@@ -257,21 +257,23 @@ class IterableDataset(torch.utils.data.IterableDataset):
 
 class _Handoff:
     """A worker's side of handing batches to the training process with no
-    copy. Its loader's batches lie in a memfd; for each tensor that is a
-    view of it, the worker sends where it lies instead of the bytes, and
-    keeps the batch until the training process says (by a datagram to this
-    worker's socket) that the last of those tensors is gone."""
+    copy. Its loader's batches lie in a memfd, which it first sends to the
+    training process's socket (SCM_RIGHTS: the descriptor stays good there
+    even once this worker has exited). For each tensor that is a view of
+    the memfd, the worker then sends where it lies instead of the bytes,
+    and keeps the batch until the training process says (by a datagram to
+    this worker's socket) that the last of those tensors is gone."""
 
     _by_pid = {}
 
     @classmethod
-    def of(cls, loader):
+    def of(cls, loader, main):
         h = cls._by_pid.get(os.getpid())
         if h is None or h.loader is not loader:
-            h = cls._by_pid[os.getpid()] = cls(loader)
+            h = cls._by_pid[os.getpid()] = cls(loader, main)
         return h
 
-    def __init__(self, loader):
+    def __init__(self, loader, main):
         self.loader = loader
         self.fd, self.base, self.size = loader.shared_memory()
         self.pid = os.getpid()
@@ -281,6 +283,9 @@ class _Handoff:
         self.seq = 0
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.sock.bind(self.name)
+        # (socket.send_fds drops its address argument before Python 3.12.)
+        self.sock.sendmsg([struct.pack("<qq", self.pid, self.fd)],
+                          [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", self.fd))], 0, main)
         threading.Thread(target=self._released, name="sluice-handoff", daemon=True).start()
 
     def _released(self):
@@ -350,11 +355,39 @@ def _release(name, seq):
 
 
 class _Receiver:
-    """The training process's side: maps each worker's memfd once and
-    makes tensors over it."""
+    """The training process's side: a socket workers send their memfds to,
+    each mapped once, and tensors made over them."""
+
+    # How long to wait for a worker's memfd, which it sends before its
+    # first batch (so it is normally there already).
+    _FD_WAIT = 60.0
 
     def __init__(self):
-        self.maps = {}
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.name = "\0sluice-torch-main-%d-%s" % (os.getpid(), secrets.token_hex(6))
+        self.sock.bind(self.name)
+        self.sock.settimeout(self._FD_WAIT)
+        self.fds = {}   # (pid, fd in the worker) -> fd here, received, not yet mapped
+        self.maps = {}  # (pid, fd in the worker) -> mmap
+
+    def _map(self, key):
+        while key not in self.fds:
+            try:
+                msg, fds, _, _ = socket.recv_fds(self.sock, 16, 1)
+            except socket.timeout:
+                raise sluice.SluiceError("sluice.torch: worker %d never sent its batch memory" % key[0]) from None
+            if len(msg) == 16 and len(fds) == 1:
+                self.fds[struct.unpack("<qq", msg)] = fds[0]
+            else:
+                for fd in fds:
+                    os.close(fd)
+        fd = self.fds.pop(key)
+        try:
+            mm = mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        self.maps[key] = mm
+        return mm
 
     def receive(self, item):
         out = item[_BATCH]
@@ -364,18 +397,7 @@ class _Receiver:
         if meta is None:
             return out
         pid, fd, name, seq, shared = meta
-        mm = self.maps.get((pid, fd))
-        if mm is None:
-            try:
-                f = os.open("/proc/%d/fd/%d" % (pid, fd), os.O_RDONLY)
-            except OSError as e:
-                raise sluice.SluiceError("sluice.torch: cannot map worker %d's batch memory (%s); pass "
-                                         "zero_copy=False to DataLoader to have torch copy batches" % (pid, e)) from e
-            try:
-                mm = mmap.mmap(f, os.fstat(f).st_size, mmap.MAP_SHARED, mmap.PROT_READ)
-            finally:
-                os.close(f)
-            self.maps[(pid, fd)] = mm
+        mm = self.maps.get((pid, fd)) or self._map((pid, fd))
         # Every tensor of this batch is a view of base, which the worker is
         # told about once the last of them is gone.
         base = np.frombuffer(mm, dtype=np.uint8)
@@ -384,6 +406,27 @@ class _Receiver:
             for k, (off, n, dtype, shape) in shared.items():
                 out[k] = torch.from_numpy(base[off: off + n]).view(dtype).reshape(shape)
         return out
+
+    def forget_exited(self):
+        """Drops this side's reference to the memory of workers that have
+        exited (it is unmapped once their last tensor here is freed)."""
+        for key in list(self.maps):
+            try:
+                os.kill(key[0], 0)
+            except ProcessLookupError:
+                del self.maps[key]
+
+    def close(self):
+        self.sock.close()
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
 
 
 # The modules a forkserver imports once, so that each worker it forks
@@ -406,8 +449,12 @@ class DataLoader:
     does not survive it)."""
 
     def __init__(self, dataset, num_workers=0, multiprocessing_context="forkserver", zero_copy=True, **kw):
+        if kw.get("persistent_workers"):
+            raise ValueError("sluice.torch.DataLoader: persistent_workers would keep each worker's epoch; "
+                             "workers start per epoch (from a forkserver, in a fraction of a second)")
         self.dataset = dataset
-        dataset._handoff = zero_copy
+        self._receiver = _Receiver() if zero_copy and num_workers > 0 and dataset.transform is not None else None
+        dataset._handoff = self._receiver.name if self._receiver else None
         if dataset.transform is None:
             num_workers = 0  # reading needs no process: see the module's doc
         if num_workers == 0:
@@ -425,16 +472,20 @@ class DataLoader:
         if self.num_workers == 0:
             yield from self._dl
             return
-        receiver = _Receiver()
-        for item in self._dl:
-            if isinstance(item, dict) and _BATCH in item:
-                self.dataset._state = json.loads(item[_STATE])
-                yield receiver.receive(item)
-                continue
-            state = item.pop(_STATE, None) if isinstance(item, dict) else None
-            if state is not None:
-                self.dataset._state = json.loads(state)
-            yield item
+        receiver = self._receiver
+        try:
+            for item in self._dl:
+                if isinstance(item, dict) and _BATCH in item:
+                    self.dataset._state = json.loads(item[_STATE])
+                    yield receiver.receive(item)
+                    continue
+                state = item.pop(_STATE, None) if isinstance(item, dict) else None
+                if state is not None:
+                    self.dataset._state = json.loads(state)
+                yield item
+        finally:
+            if receiver is not None:
+                receiver.forget_exited()
 
     def state_dict(self):
         return self.dataset.state_dict()

@@ -70,6 +70,22 @@ def test_fork_workers_are_refused(cluster):
     ds = st.IterableDataset("points", batch_size=50, transform=double_id)
     with pytest.raises(ValueError, match="forkserver or spawn"):
         st.DataLoader(ds, num_workers=2, multiprocessing_context="fork")
+    with pytest.raises(ValueError, match="persistent_workers"):  # it would keep each worker's epoch
+        st.DataLoader(ds, num_workers=2, persistent_workers=True)
+
+
+def test_worker_that_exits_before_its_batch_is_read(cluster):
+    # Worker 1 has one step: it can send it and exit while the training
+    # process is still busy with worker 0's first batch. Its memory must
+    # still reach the training process.
+    import time
+
+    ds = st.IterableDataset("points", batch_size=2000, transform=keep_x)
+    ids = []
+    for batch in st.DataLoader(ds, num_workers=2, timeout=60):
+        time.sleep(1)
+        ids += batch["id"].tolist()
+    assert sorted(ids) == list(range(N))
 
 
 def test_iterating_again_repeats_the_epoch_and_state_follows(cluster):
