@@ -10,7 +10,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 FUZZSCALE ?= 1
 FUZZ_TARGETS = ./internal/crc32c:FuzzUpdate:200000 ./fabric/tcp:FuzzDecodeFrame:150000 ./fabric/tcp:FuzzServe:60000 ./fabric/internal/handshake:FuzzHandshake:150000 ./shmring:FuzzRingFromPeer:100000 ./shmring:FuzzControlFrame:200000
 
-.PHONY: all build python pytest test unit fuzz lint demo bench clean chaos
+.PHONY: all build python pytest test unit fuzz lint demo bench bench-peers clean chaos
 
 # The Python tests run in .venv when there is one (.ci/run makes it:
 # Debian's python3 and python3-torch, pyarrow and pytest from PyPI).
@@ -70,6 +70,15 @@ test: lint build unit pytest fuzz
 
 demo: build
 	./bin/sluice demo
+
+# Sluice's loaders against pyarrow, Hugging Face datasets, Lance, Mosaic
+# Streaming, webdataset and torch over files (benchmarks/peers.py; not in
+# CI). Installs the peers into .venv first (see the requirements file for
+# why --no-deps); results go to benchmarks/results/.
+bench-peers: build python
+	@$(PYTHON) -c "import torchvision" 2>/dev/null || apt-get install -y -q python3-torchvision
+	$(PYTHON) -m pip install -q --no-deps -r benchmarks/peers-requirements.txt
+	$(PYTHON) benchmarks/peers.py
 
 # The nemesis suite's long run: real processes under faults drawn by each
 # seed (kills, pauses, meta leader kills, partitions and a full disk need

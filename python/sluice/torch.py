@@ -14,7 +14,9 @@ starts no process. A ``transform`` (a function of a batch's dict of
 tensors, for decoding or augmentation) runs in ``num_workers`` worker
 processes (``forkserver`` by default, with torch, pyarrow and sluice
 imported before the fork, so workers start in a fraction of a second).
-Each worker reads every num_workers-th step of its rank with its own
+Workers live as long as their DataLoader and keep their connection and
+loader across epochs; each iteration tells them its epoch (``set_epoch``)
+or the state to resume from. Each worker reads every num_workers-th step of its rank with its own
 loader, and the memory budget (``prefetch_bytes``, default 256 MiB) is
 split evenly between them, so a rank holds one budget in all. A worker's
 batch memory is a memfd the training process maps: tensors that are views
@@ -44,6 +46,7 @@ import os
 import secrets
 import socket
 import struct
+import tempfile
 import threading
 import warnings
 import weakref
@@ -142,6 +145,7 @@ class IterableDataset(torch.utils.data.IterableDataset):
         self._open = None   # (pid, client, dataset, loader) of this process
         self._gen = None    # the iteration in progress in this process
         self._handoff = None  # DataLoader's socket for workers' batch memory (zero copy)
+        self._control = None  # DataLoader's file telling persistent workers where to start
 
     def __getstate__(self):
         state = dict(self.__dict__)
@@ -238,6 +242,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
     def __iter__(self):
         info = torch.utils.data.get_worker_info()
         if info is not None:  # a DataLoader worker: states travel with the batches
+            if self._control is not None:  # where this iteration starts
+                with open(self._control) as f:
+                    start = json.load(f)
+                self.epoch, self._start = start["epoch"], start["start"]
             yield from self._batches(info.id, info.num_workers, True)
             return
         self._close_iteration()
@@ -429,6 +437,13 @@ class _Receiver:
             pass
 
 
+def _remove(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
 # The modules a forkserver imports once, so that each worker it forks
 # starts with them loaded (libsluice itself loads lazily, in the worker).
 _PRELOAD = ["__main__", "numpy", "pyarrow", "torch", "sluice", "sluice.torch"]
@@ -445,13 +460,11 @@ class DataLoader:
     """torch.utils.data.DataLoader over an IterableDataset, with
     batch_size=None (batches come whole), state_dict / load_state_dict for
     checkpoints, and worker processes only for a dataset's transform
-    (forkserver by default; spawn works too; fork is refused, as libsluice
-    does not survive it)."""
+    (persistent; forkserver by default, spawn works too; fork is refused,
+    as libsluice does not survive it). zero_copy=False has torch copy
+    workers' batches instead of mapping their memory."""
 
     def __init__(self, dataset, num_workers=0, multiprocessing_context="forkserver", zero_copy=True, **kw):
-        if kw.get("persistent_workers"):
-            raise ValueError("sluice.torch.DataLoader: persistent_workers would keep each worker's epoch; "
-                             "workers start per epoch (from a forkserver, in a fraction of a second)")
         self.dataset = dataset
         self._receiver = _Receiver() if zero_copy and num_workers > 0 and dataset.transform is not None else None
         dataset._handoff = self._receiver.name if self._receiver else None
@@ -464,6 +477,14 @@ class DataLoader:
                 raise ValueError("sluice.torch.DataLoader: fork workers cannot use libsluice; use forkserver or spawn")
             multiprocessing_context = _worker_context(multiprocessing_context)
         self.num_workers = num_workers
+        if num_workers > 0:
+            # Workers live as long as this loader (connection, loader and
+            # batch memory kept); each iteration they read where to start
+            # from this file, written just before it.
+            fd, dataset._control = tempfile.mkstemp(prefix="sluice-torch-", suffix=".json")
+            os.close(fd)
+            weakref.finalize(self, _remove, dataset._control)
+            kw["persistent_workers"] = True
         self._dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
                                                multiprocessing_context=multiprocessing_context, **kw)
 
@@ -472,6 +493,10 @@ class DataLoader:
         if self.num_workers == 0:
             yield from self._dl
             return
+        path = self.dataset._control
+        with open(path + ".new", "w") as f:
+            json.dump({"epoch": self.dataset.epoch, "start": self.dataset._start}, f)
+        os.replace(path + ".new", path)
         receiver = self._receiver
         try:
             for item in self._dl:

@@ -70,8 +70,23 @@ def test_fork_workers_are_refused(cluster):
     ds = st.IterableDataset("points", batch_size=50, transform=double_id)
     with pytest.raises(ValueError, match="forkserver or spawn"):
         st.DataLoader(ds, num_workers=2, multiprocessing_context="fork")
-    with pytest.raises(ValueError, match="persistent_workers"):  # it would keep each worker's epoch
-        st.DataLoader(ds, num_workers=2, persistent_workers=True)
+
+
+def test_workers_persist_across_epochs_and_follow_set_epoch(cluster):
+    ds = st.IterableDataset("points", batch_size=100, shuffle=True, seed=4, transform=double_id)
+    loader = st.DataLoader(ds, num_workers=2, timeout=60)
+    orders, pids = [], []
+    for epoch in (0, 1, 0):
+        ds.set_epoch(epoch)
+        ids, seen = [], set()
+        for b in loader:
+            ids += b["id"].tolist()
+            seen |= set(b["pid"].tolist())
+        assert sorted(ids) == list(range(N))
+        orders.append(ids)
+        pids.append(seen)
+    assert orders[0] != orders[1] and orders[0] == orders[2]
+    assert len(pids[0]) == 2 and pids[0] == pids[1] == pids[2]  # the same two workers throughout
 
 
 def test_worker_that_exits_before_its_batch_is_read(cluster):
