@@ -16,6 +16,8 @@ Systems (how each reads a shuffled epoch of batches):
   sluice-torch-2    sluice.torch.DataLoader(num_workers=2) with a transform
                     (identity), so batches cross from workers
   sluice-go         `sluice dataset bench --check` (the Go loader)
+  each sluice-* also as sluice-*-agent: through the local agent of
+                    `sluice dev` (shared-memory rings), not over TCP
   pyarrow-ipc       memory-mapped Arrow IPC file, Table.take of each batch
   hf-datasets       Hugging Face datasets: load_from_disk, shuffle, iter(arrow)
   lance             lance dataset, take of each batch
@@ -117,20 +119,23 @@ def identity(batch):
 # Each system: make(dir, table, size, batch) -> an epoch function
 # epoch(check, seed) that reads one shuffled epoch into check.
 
-def sluice_python(d, table, size, batch, name):
-    ds = sluice.Dataset(name)
-    loader = ds.loader(batch_size=batch, shuffle=True)
+def sluice_python(agent):
+    def make(d, table, size, batch, name):
+        ds = sluice.Dataset(name)
+        loader = ds.loader(batch_size=batch, shuffle=True, agent=agent())
 
-    def epoch(check, seed):
-        loader.set_epoch(seed)
-        arrow_batches(check, loader)
-    return epoch
+        def epoch(check, seed):
+            loader.set_epoch(seed)
+            arrow_batches(check, loader)
+        return epoch
+    return make
 
 
-def sluice_torch(workers):
+def sluice_torch(workers, agent):
     def make(d, table, size, batch, name):
         import sluice.torch as st
-        ds = st.IterableDataset(name, batch_size=batch, shuffle=True, transform=identity if workers else None)
+        ds = st.IterableDataset(name, batch_size=batch, shuffle=True, transform=identity if workers else None,
+                                agent=agent())
         dl = st.DataLoader(ds, num_workers=workers)
 
         def epoch(check, seed):
@@ -141,10 +146,17 @@ def sluice_torch(workers):
     return make
 
 
-def sluice_go(d, table, size, batch, name):
+def sluice_go(agent):
+    def make(d, table, size, batch, name):
+        return go_epoch(name, batch, agent())
+    return make
+
+
+def go_epoch(name, batch, agent):
     def epoch(check, seed):
         out = subprocess.run([SLUICE, "dataset", "bench", name, "--batch-size", str(batch), "--epochs", "1",
-                              "--seed", str(seed), "--check"], check=True, capture_output=True, text=True).stdout
+                              "--seed", str(seed), "--check", "--agent", agent], check=True, capture_output=True,
+                             text=True).stdout
         r = json.loads(out)
         if r["byte_sum"] != check.want_sum:
             raise AssertionError("go: byte sum %d, wrote %d" % (r["byte_sum"], check.want_sum))
@@ -258,11 +270,25 @@ def torch_files(d, table, size, batch, name):
     return epoch
 
 
+def direct():
+    return ""
+
+
+def agent():
+    return AGENT
+
+
+AGENT = ""  # the local agent's socket, from `sluice dev`
+
 SYSTEMS = {
-    "sluice-python": sluice_python,
-    "sluice-torch-0": sluice_torch(0),
-    "sluice-torch-2": sluice_torch(2),
-    "sluice-go": sluice_go,
+    "sluice-python": sluice_python(direct),
+    "sluice-python-agent": sluice_python(agent),
+    "sluice-torch-0": sluice_torch(0, direct),
+    "sluice-torch-0-agent": sluice_torch(0, agent),
+    "sluice-torch-2": sluice_torch(2, direct),
+    "sluice-torch-2-agent": sluice_torch(2, agent),
+    "sluice-go": sluice_go(direct),
+    "sluice-go-agent": sluice_go(agent),
     "pyarrow-ipc": pyarrow_ipc,
     "hf-datasets": hf_datasets,
     "lance": lance_take,
@@ -285,14 +311,16 @@ def samples(n, size):
 def start_dev(d):
     dev = subprocess.Popen([SLUICE, "dev", "--dir", os.path.join(d, "dev"), "--listen", "127.0.0.1:0"],
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    global AGENT
     env = {}
-    while len(env) < 2:
+    while len(env) < 3:  # cluster, token, agent
         line = dev.stdout.readline()
         if not line:
             raise RuntimeError("sluice dev exited")
         m = re.match(r"export (SLUICE_\w+)=(\S+)", line)
         if m:
             env[m.group(1)] = m.group(2)
+    AGENT = env.pop("SLUICE_AGENT")
     os.environ.update(env)
     return dev
 

@@ -14,15 +14,17 @@ import (
 	"github.com/sluicefs/sluice/sdk"
 )
 
-// arena is one registered buffer carved into the Arrow buffers of batches.
-// Storage pushes sample bytes straight into it and Arrow arrays point at
-// it, so a batch is built with no copy. A piece returns to the arena when
+// arena is one region of memory (registered with the client, or a local
+// agent's Iov) carved into the Arrow buffers of batches. Sample bytes land
+// straight in it and Arrow arrays point at it, so a batch is built with no
+// copy. A piece returns to the arena when
 // the last Arrow buffer over it is released (the arena is their
 // memory.Allocator); the mapping itself goes when the arena is closed and
 // every piece is back. Its size is the loader's memory budget: allocation
 // waits while the budget is in use.
 type arena struct {
-	buf  *sdk.Buffer
+	mem  region
+	b    []byte // mem's bytes
 	base uintptr
 	n    int // bytes, fixed at creation
 
@@ -43,18 +45,25 @@ type span struct{ off, n int }
 
 const align = 64 // Arrow's buffer alignment
 
-func newArena(c *sdk.Client, size int, shared bool) (*arena, error) {
-	size = (size + align - 1) &^ (align - 1)
-	newBuffer := c.NewBuffer
-	if shared {
-		newBuffer = c.NewSharedBuffer
-	}
-	buf, err := newBuffer(size)
+// arenaSize rounds a budget up to the arena's alignment.
+func arenaSize(n int) int { return (n + align - 1) &^ (align - 1) }
+
+// newClientArena is an arena of memory registered with c (a memfd when
+// shared).
+func newClientArena(c *sdk.Client, size int, shared bool) (*arena, error) {
+	size = arenaSize(size)
+	r, err := newClientRegion(c, size, shared)
 	if err != nil {
 		return nil, fmt.Errorf("batch memory of %d bytes: %w", size, err)
 	}
-	return &arena{buf: buf, base: uintptr(unsafe.Pointer(&buf.B[0])), n: size, free: []span{{0, size}},
-		used: map[int]int{}, changed: make(chan struct{}), stall: 10 * time.Second, log: slog.Default()}, nil
+	return newArena(r, size), nil
+}
+
+// newArena carves the first size bytes of r.
+func newArena(r region, size int) *arena {
+	b := r.bytes()[:size]
+	return &arena{mem: r, b: b, base: uintptr(unsafe.Pointer(&b[0])), n: size, free: []span{{0, size}},
+		used: map[int]int{}, changed: make(chan struct{}), stall: 10 * time.Second, log: slog.Default()}
 }
 
 func (a *arena) size() int { return a.n }
@@ -117,7 +126,7 @@ func (a *arena) buffer(off, n int) *memory.Buffer {
 	a.mu.Lock()
 	end := off + a.used[off]
 	a.mu.Unlock()
-	return memory.NewBufferWithAllocator(a.buf.B[off:off+n:end], a)
+	return memory.NewBufferWithAllocator(a.b[off:off+n:end], a)
 }
 
 // release gives a piece back.
@@ -146,7 +155,7 @@ func (a *arena) release(off int) {
 	done := a.closed && len(a.used) == a.lost
 	a.mu.Unlock()
 	if done {
-		a.buf.Release()
+		a.mem.release()
 	}
 }
 
@@ -161,7 +170,7 @@ func (a *arena) quarantine(off int) {
 	done := a.closed && len(a.used) == a.lost
 	a.mu.Unlock()
 	if done {
-		a.buf.Release()
+		a.mem.release()
 	}
 }
 
@@ -179,7 +188,7 @@ func (a *arena) close() {
 	done := len(a.used) == a.lost
 	a.mu.Unlock()
 	if done {
-		a.buf.Release()
+		a.mem.release()
 	}
 }
 

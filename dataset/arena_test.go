@@ -10,7 +10,7 @@ import (
 // again, the rest of the arena keeps serving, and the memory is unmapped
 // once the arena is closed and every other piece is back — not before.
 func TestArenaQuarantine(t *testing.T) {
-	a, err := newArena(client(t), 4096, false)
+	a, err := newClientArena(client(t), 4096, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,12 +46,12 @@ func TestArenaQuarantine(t *testing.T) {
 	}
 	a.close()
 	for i, off := range held {
-		if a.buf.B == nil {
+		if a.mem.(*clientRegion).buf.B == nil {
 			t.Fatalf("memory unmapped with %d pieces still out", len(held)-i)
 		}
 		a.release(off)
 	}
-	if a.buf.B != nil {
+	if a.mem.(*clientRegion).buf.B != nil {
 		t.Fatal("memory still mapped after close with only the quarantined piece out")
 	}
 }

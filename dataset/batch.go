@@ -10,8 +10,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-
-	"github.com/sluicefs/sluice/sdk"
 )
 
 // job is one batch on its way: its Arrow buffers reserved in the arena, the
@@ -23,7 +21,7 @@ type job struct {
 	schema  *arrow.Schema
 	samples []int64
 	cols    []colBufs
-	ops     []sdk.ReadOp
+	reads   []rangeRead
 	bytes   int64 // sample bytes read
 }
 
@@ -83,13 +81,7 @@ func (d *Dataset) prepare(ctx context.Context, a *arena, schema *arrow.Schema, s
 		return nil, err
 	}
 	n := len(samples)
-	type ref struct {
-		shard int
-		off   int64
-		n     int
-		dst   int
-	}
-	var reads []ref
+	var reads []rangeRead
 	for _, c := range cols {
 		col, lay := d.m.Columns[c], d.ix.lay[c]
 		cb := colBufs{typ: lay.arrow, offsets: -1, values: -1, elemType: lay.elemType}
@@ -100,7 +92,7 @@ func (d *Dataset) prepare(ctx context.Context, a *arena, schema *arrow.Schema, s
 			}
 			cb.values, cb.valuesLen = off, n*w
 			j.cols = append(j.cols, cb)
-			dst, src := a.buf.B[off:off+n*w], d.ix.values[c]
+			dst, src := a.b[off:off+n*w], d.ix.values[c]
 			for i, s := range samples {
 				copy(dst[i*w:(i+1)*w], src[s*int64(w):(s+1)*int64(w)])
 			}
@@ -118,7 +110,7 @@ func (d *Dataset) prepare(ctx context.Context, a *arena, schema *arrow.Schema, s
 			so, l := d.ix.varRange(s, v)
 			pos[i] = total / int64(lay.elem)
 			if l > 0 {
-				reads = append(reads, ref{d.ix.shardOf(s), int64(so), int(l), int(total)})
+				reads = append(reads, rangeRead{d.ix.shardOf(s), int64(so), int(l), int(total)})
 			}
 			total += int64(l)
 		}
@@ -135,7 +127,7 @@ func (d *Dataset) prepare(ctx context.Context, a *arena, schema *arrow.Schema, s
 			}
 			cb.offsets, cb.offsetsLen = off, (n+1)*lay.offsets
 			j.cols[len(j.cols)-1] = cb
-			offs := a.buf.B[off : off+(n+1)*lay.offsets]
+			offs := a.b[off : off+(n+1)*lay.offsets]
 			for i, p := range pos {
 				if lay.offsets == 8 {
 					binary.LittleEndian.PutUint64(offs[i*8:], uint64(p))
@@ -162,36 +154,36 @@ func (d *Dataset) prepare(ctx context.Context, a *arena, schema *arrow.Schema, s
 		}
 		j.cols = append(j.cols, colBufs{typ: arrow.PrimitiveTypes.Int64, offsets: -1, values: off, valuesLen: n * 8})
 		for i, s := range samples {
-			binary.LittleEndian.PutUint64(a.buf.B[off+i*8:], uint64(s))
+			binary.LittleEndian.PutUint64(a.b[off+i*8:], uint64(s))
 		}
 	}
 	// Sort by shard and offset, then merge ranges that are adjacent both in
 	// the shard and in the batch buffer into one read.
-	slices.SortFunc(reads, func(x, y ref) int {
+	slices.SortFunc(reads, func(x, y rangeRead) int {
 		if x.shard != y.shard {
 			return x.shard - y.shard
 		}
 		return int(x.off - y.off)
 	})
 	for _, r := range reads {
-		if k := len(j.ops) - 1; k >= 0 {
-			last := &j.ops[k]
-			if last.File == d.shards[r.shard] && last.Off+int64(last.N) == r.off && last.BufOff+last.N == r.dst {
-				last.N += r.n
+		if k := len(j.reads) - 1; k >= 0 {
+			last := &j.reads[k]
+			if last.shard == r.shard && last.off+int64(last.n) == r.off && last.dst+last.n == r.dst {
+				last.n += r.n
 				continue
 			}
 		}
-		j.ops = append(j.ops, sdk.ReadOp{File: d.shards[r.shard], Off: r.off, N: r.n, Buf: a.buf, BufOff: r.dst})
+		j.reads = append(j.reads, r)
 	}
 	return j, nil
 }
 
 // read fills the batch from storage.
 func (j *job) read(ctx context.Context) error {
-	if len(j.ops) == 0 {
+	if len(j.reads) == 0 {
 		return nil
 	}
-	if err := j.d.c.ReadBatch(ctx, j.ops); err != nil {
+	if err := j.a.mem.read(ctx, j.d, j.reads); err != nil {
 		return fmt.Errorf("dataset %s: %w", j.d.m.Name, err)
 	}
 	return nil

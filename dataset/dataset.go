@@ -154,7 +154,7 @@ func (d *Dataset) Take(ctx context.Context, indices []int64, columns ...string) 
 	if err != nil {
 		return nil, err
 	}
-	a, err := newArena(d.c, d.batchSize(indices, cols, false), false)
+	a, err := newClientArena(d.c, d.batchSize(indices, cols, false), false)
 	if err != nil {
 		return nil, err
 	}

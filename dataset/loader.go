@@ -40,6 +40,11 @@ type LoaderConfig struct {
 	// it with no copy: a DataLoader worker's batches, read by the training
 	// process.
 	SharedMemory bool
+	// Agent, when set, is a local agent's socket (sluice dev, agent,
+	// mount): the loader reads through it, over shared-memory rings, into
+	// the Iov it shares with the agent (a memfd, so SharedMemory holds
+	// too), with no socket of its own in the data path.
+	Agent string
 }
 
 // State is where a loader is: enough to continue exactly, with the same or
@@ -144,9 +149,15 @@ func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
 	// The budget holds at least three of the largest possible batches, so a
 	// caller that keeps the previous batch while asking for the next never
 	// waits forever.
-	budget := max(cfg.Prefetch, 3*d.maxBatchBytes(cols, cfg))
-	a, err := newArena(d.c, int(budget), cfg.SharedMemory)
-	if err != nil {
+	budget := arenaSize(int(max(cfg.Prefetch, 3*d.maxBatchBytes(cols, cfg))))
+	var a *arena
+	if cfg.Agent != "" {
+		r, err := newAgentRegion(cfg.Agent, budget, d)
+		if err != nil {
+			return nil, fmt.Errorf("loader: %w", err)
+		}
+		a = newArena(r, budget)
+	} else if a, err = newClientArena(d.c, budget, cfg.SharedMemory); err != nil {
 		return nil, err
 	}
 	opened = true
@@ -173,7 +184,7 @@ func (d *Dataset) maxBatchBytes(cols []int, cfg LoaderConfig) int64 {
 // -1). A batch's buffers lie at their address minus base in the memfd.
 // The descriptor is the loader's, valid until it closes.
 func (l *Loader) SharedMemory() (fd int, base uintptr, size int) {
-	return l.a.buf.Fd(), l.a.base, l.a.n
+	return l.a.mem.fd(), l.a.base, l.a.n
 }
 
 // Schema is the schema of the batches.

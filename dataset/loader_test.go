@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ import (
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/sluicefs/sluice/sdk"
 	"golang.org/x/sys/unix"
 )
 
@@ -394,5 +396,59 @@ func TestSharedMemoryLoaderIsMappableElsewhere(t *testing.T) {
 	})
 	if seen != 300 {
 		t.Fatalf("%d samples, want 300", seen)
+	}
+}
+
+// TestLoaderThroughLocalAgent reads epochs through a local agent's rings:
+// the same batches, byte for byte, as the direct path, in memory another
+// process can map.
+func TestLoaderThroughLocalAgent(t *testing.T) {
+	d := makeDataset(t, "agent", 700, 600, 64<<10)
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	a, err := sdk.NewAgent(client(t), sdk.AgentConfig{Path: sock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx) }()
+	defer func() {
+		stop()
+		a.Close()
+		<-served
+	}()
+	cfg := LoaderConfig{BatchSize: 32, Shuffle: true, Seed: 11, Readers: 4}
+	direct := newLoader(t, d, cfg)
+	cfg.Agent = sock
+	viaAgent := newLoader(t, d, cfg)
+	if fd, _, _ := viaAgent.SharedMemory(); fd < 0 {
+		t.Fatal("the agent's Iov has no memfd")
+	}
+	for epoch := range 2 {
+		direct.SetEpoch(int64(epoch))
+		viaAgent.SetEpoch(int64(epoch))
+		want, _ := indices(t, direct, 1<<30) // indices checks every row's bytes
+		got, _ := indices(t, viaAgent, 1<<30)
+		if !slices.Equal(got, want) {
+			t.Fatalf("epoch %d: the agent path delivered another order", epoch)
+		}
+		if len(got) != 700 {
+			t.Fatalf("epoch %d: %d samples", epoch, len(got))
+		}
+	}
+	viaAgent.Close()
+	if n := a.Clients(); n != 0 {
+		// the session ends with the loader (reclaimed asynchronously)
+		deadline := time.Now().Add(5 * time.Second)
+		for a.Clients() != 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if n = a.Clients(); n != 0 {
+			t.Fatalf("%d agent sessions left after the loader closed", n)
+		}
+	}
+	cfg.Agent = filepath.Join(t.TempDir(), "none.sock")
+	if _, err := d.Loader(cfg); err == nil || !strings.Contains(err.Error(), "local agent") {
+		t.Fatalf("a loader with no agent at its socket: %v", err)
 	}
 }

@@ -306,6 +306,7 @@ type loaderOptions struct {
 	Readers     int      `json:"readers"`
 	Prefetch    int64    `json:"prefetch_bytes"`
 	Shared      bool     `json:"shared_memory"`
+	Agent       string   `json:"agent"` // a local agent's socket: read through its rings
 }
 
 //export sluice_loader_new
@@ -337,7 +338,7 @@ func sluice_loader_new(ds C.uint64_t, options *C.char, out *C.uint64_t) C.int {
 		l, err := d.Loader(dataset.LoaderConfig{BatchSize: o.BatchSize, Shuffle: o.Shuffle, Seed: o.Seed, Epoch: o.Epoch,
 			Rank: o.Rank, WorldSize: world, Worker: o.Worker, Workers: workers, DropLast: o.DropLast,
 			Columns: o.Columns, IndexColumn: o.IndexColumn, Readers: o.Readers, Prefetch: o.Prefetch,
-			SharedMemory: o.Shared})
+			SharedMemory: o.Shared, Agent: o.Agent})
 		if err != nil {
 			return err
 		}

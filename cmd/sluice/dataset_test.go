@@ -59,3 +59,19 @@ func TestBinarySumCountsOnlyTheBatchRows(t *testing.T) {
 		t.Fatalf("sum %d over rows 1-2", got)
 	}
 }
+
+func TestByteSumMatchesTheSimpleSum(t *testing.T) {
+	b := make([]byte, 5000)
+	for i := range b {
+		b[i] = byte(255 - i%7) // near the top, so lanes would overflow if folded late
+	}
+	for _, n := range []int{0, 1, 7, 8, 9, 1023, 1024, 1025, 2047, 5000} {
+		var want uint64
+		for _, v := range b[:n] {
+			want += uint64(v)
+		}
+		if got := byteSum(b[:n]); got != want {
+			t.Fatalf("byteSum of %d bytes = %d, want %d", n, got, want)
+		}
+	}
+}

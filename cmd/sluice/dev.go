@@ -58,6 +58,9 @@ fabric, without a socket in the data path.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "export SLUICE_CLUSTER=%s\n", c.Addr)
 			fmt.Fprintf(out, "export SLUICE_TOKEN=%s\n", c.Token)
+			if agentSocket != "" {
+				fmt.Fprintf(out, "export SLUICE_AGENT=%s\n", agentSocket)
+			}
 			fmt.Fprintf(cmd.ErrOrStderr(), "sluice dev: %d targets in %s; Ctrl-C to stop\n", cfg.Targets, cfg.Dir)
 			stop := make(chan os.Signal, 1)
 			signal.Notify(stop, os.Interrupt, syscall.SIGTERM)

@@ -193,10 +193,14 @@ class Loader(_Handle):
     Options: batch_size, shuffle, seed, epoch, rank, world_size, columns,
     drop_last, index_column, readers, prefetch_bytes, worker, workers,
     shared_memory (batches in a memfd another process can map: see
-    ``shared_memory()``).
+    ``shared_memory()``), agent (a local agent's socket, default
+    SLUICE_AGENT: batches are read through it, over shared-memory rings,
+    into memory shared with it; "" reads directly from storage).
     """
 
     def __init__(self, dataset, **options):
+        if options.get("agent") is None:
+            options["agent"] = os.environ.get("SLUICE_AGENT", "")
         options = {k: v for k, v in options.items() if v is not None}
         self.dataset = dataset
         self.options = options

@@ -29,12 +29,12 @@ def start_dev(d):
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     env = {}
     deadline = time.time() + 60
-    while len(env) < 2 and time.time() < deadline:
+    while len(env) < 3 and time.time() < deadline:  # cluster, token, agent
         line = proc.stdout.readline()
         m = re.match(r"export (SLUICE_\w+)=(\S+)", line)
         if m:
             env[m.group(1)] = m.group(2)
-    if len(env) < 2:
+    if len(env) < 3:
         proc.kill()
         pytest.fail("sluice dev did not print its exports")
     return proc, env
@@ -45,7 +45,9 @@ def cluster():
     """An embedded dev cluster in a child process, with dataset "points"."""
     d = tempfile.mkdtemp(prefix="sluice-py-")
     proc, env = start_dev(d)
-    os.environ.update(env)
+    # The tests read directly from storage unless they ask for the agent
+    # (env["SLUICE_AGENT"]).
+    os.environ.update({k: v for k, v in env.items() if k != "SLUICE_AGENT"})
     xs, labels, ids = zip(*(sample(i) for i in range(N)))
     table = pa.table({"x": pa.array([x.tobytes() for x in xs], pa.binary()),
                       "label": pa.array(labels, pa.int64()), "id": pa.array(ids, pa.int64())})

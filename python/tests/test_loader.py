@@ -62,6 +62,20 @@ def test_every_sample_once_per_epoch(cluster):
     assert orders[0] != orders[1]
 
 
+def test_loader_through_the_local_agent(cluster):
+    # The same batches as the direct path, landing in the Iov shared with
+    # the agent (a memfd, mappable by another process).
+    ds = sluice.Dataset("points")
+    direct = ds.loader(batch_size=64, shuffle=True, seed=8, agent="")
+    via = ds.loader(batch_size=64, shuffle=True, seed=8, agent=cluster["SLUICE_AGENT"])
+    assert direct.shared_memory() is None and via.shared_memory() is not None
+    a = [(b.column("id").to_pylist(), b.column("x").to_pylist()) for b in direct]
+    b = [(b.column("id").to_pylist(), b.column("x").to_pylist()) for b in via]
+    assert a == b and sum(len(ids) for ids, _ in b) == N
+    with pytest.raises(sluice.SluiceError, match="local agent"):
+        ds.loader(batch_size=64, agent=cluster["SLUICE_AGENT"] + ".none")
+
+
 def test_resume_from_state_dict(cluster):
     ds = sluice.Dataset("points")
     opts = dict(batch_size=64, shuffle=True, seed=11, index_column="__index__")

@@ -211,12 +211,12 @@ def test_fixed_size_list_is_not_copied():
     assert t.data_ptr() == col.values.buffers()[1].address + 8 * 4
 
 
-def memfd_ranges():
+def memfd_ranges(name="sluice-buffer"):
     """The address ranges of this process's mappings of loader memfds."""
     out = []
     with open("/proc/self/maps") as f:
         for line in f:
-            if "memfd:sluice-buffer" in line:
+            if "memfd:" + name in line:
                 lo, hi = line.split()[0].split("-")
                 out.append((int(lo, 16), int(hi, 16)))
     return out
@@ -243,6 +243,17 @@ def test_worker_batches_reach_the_training_process_without_a_copy(cluster):
         xs = batch["x"].view(torch.float32).reshape(-1, DIM).numpy()
         for j, i in enumerate(batch["id"].tolist()):
             assert np.array_equal(xs[j], __import__("conftest").sample(i)[0])
+        ids += batch["id"].tolist()
+    assert sorted(ids) == list(range(N))
+
+
+def test_workers_read_through_the_agent_without_a_copy(cluster):
+    ds = st.IterableDataset("points", batch_size=40, shuffle=True, seed=6, transform=keep_x,
+                            agent=cluster["SLUICE_AGENT"])
+    ids = []
+    for batch in st.DataLoader(ds, num_workers=2, timeout=60):
+        p = batch["x"].data_ptr()
+        assert any(lo <= p < hi for lo, hi in memfd_ranges("sluice-iov")), "x is not in a worker's Iov"
         ids += batch["id"].tolist()
     assert sorted(ids) == list(range(N))
 
