@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -262,5 +263,31 @@ func TestMonitoring(t *testing.T) {
 	}
 	if code, _, _ := get("http://"+devHTTP+"/v1/cluster/status", ""); code != http.StatusUnauthorized {
 		t.Errorf("dev REST status without the token: %d, want 401", code)
+	}
+
+	// The Grafana dashboard asks only for metrics some process serves.
+	served := map[string]bool{}
+	for _, mfs := range []map[string]*dto.MetricFamily{meta, dev, scrapeOK(t, storageHTTP[1], ""), scrapeOK(t, storageHTTP[3], "")} {
+		for name := range mfs {
+			served[name] = true
+		}
+	}
+	snap, _ := cl.Metrics().Snapshot()
+	for name := range snap {
+		served[strings.Split(name, "{")[0]] = true
+	}
+	board, err := os.ReadFile("../../deploy/grafana/sluice.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	asked := regexp.MustCompile(`sluice_[a-z_]+`).FindAllString(string(board), -1)
+	if len(asked) < 20 {
+		t.Fatalf("the dashboard asks for %d metrics", len(asked))
+	}
+	for _, name := range asked {
+		base := strings.TrimSuffix(name, "_bucket")
+		if !served[name] && !served[base] {
+			t.Errorf("the dashboard asks for %s, which no process serves", name)
+		}
 	}
 }

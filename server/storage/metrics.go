@@ -20,8 +20,8 @@ type metrics struct {
 	targets     map[routing.TargetID]*targetMetrics
 	readSeconds prometheus.Histogram
 	resyncs     prometheus.Gauge
-	resyncBytes *prometheus.CounterVec // by chain
-	pending     *prometheus.GaugeVec   // updates in flight by chain
+	resyncBytes prometheus.Counter
+	pending     *prometheus.GaugeVec // updates in flight by chain
 }
 
 type targetMetrics struct {
@@ -45,8 +45,8 @@ func newMetrics(reg prometheus.Registerer, targets map[routing.TargetID]*chunkst
 		readSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "sluice_storage_read_seconds",
 			Help: "Time to serve a read request (a batch of entries), push included.", Buckets: latencyBuckets}),
 		resyncs: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_storage_resyncs_in_progress", Help: "Resyncs this node is running to syncing successors."}),
-		resyncBytes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "sluice_storage_resync_bytes_total",
-			Help: "Chunk bytes sent to syncing successors, by chain."}, []string{"chain"}),
+		resyncBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "sluice_storage_resync_bytes_total",
+			Help: "Chunk bytes this node sent to syncing successors."}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "sluice_storage_updates_pending",
 			Help: "Updates in flight at this node (pulled, not yet committed), by chain."}, []string{"chain"}),
 	}

@@ -227,7 +227,7 @@ func (n *Node) syncChunk(ctx context.Context, chainID routing.ChainID, self, suc
 	if err := n.ep.Call(ctx, node, MethodSyncWrite, req, &resp); err != nil {
 		return fmt.Errorf("sync chunk %v to target %d: %w", id, succ, err)
 	}
-	n.m.resyncBytes.WithLabelValues(chainLabel(chainID)).Add(float64(req.Length))
+	n.m.resyncBytes.Add(float64(req.Length))
 	return nil
 }
 
