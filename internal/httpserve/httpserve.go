@@ -35,9 +35,7 @@ type Config struct {
 	// by the services it forwards to, as their gRPC calls are.
 	Authorized func(*http.Request) bool
 	GuardAll   bool
-	// TLS, when both are set, serves HTTPS with this certificate and key.
-	CertFile, KeyFile string
-	Logger            *slog.Logger
+	Logger     *slog.Logger
 }
 
 // Server is a running HTTP server; Close stops it.
@@ -70,13 +68,7 @@ func Start(cfg Config) (*Server, error) {
 		ErrorLog: slog.NewLogLogger(cfg.Logger.Handler(), slog.LevelWarn)}
 	go func() {
 		defer close(s.done)
-		var err error
-		if cfg.CertFile != "" && cfg.KeyFile != "" {
-			err = s.srv.ServeTLS(ln, cfg.CertFile, cfg.KeyFile)
-		} else {
-			err = s.srv.Serve(ln)
-		}
-		if !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			cfg.Logger.Error("http server stopped", "addr", s.Addr, "err", err)
 		}
 	}()
