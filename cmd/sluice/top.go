@@ -156,6 +156,9 @@ type topView struct {
 type topEndpoint struct {
 	Endpoint string `json:"endpoint"`
 	Error    string `json:"error,omitempty"`
+	// A storage node's mean read request latency over the interval
+	// (seconds; 0 with no reads).
+	ReadLatency float64 `json:"read_latency_seconds,omitempty"`
 }
 
 type topTarget struct {
@@ -256,6 +259,9 @@ func buildTopView(prev, cur []scrape) topView {
 		if cur[i].err != nil {
 			e.Error = cur[i].err.Error()
 		}
+		if i < len(prev) {
+			e.ReadLatency = meanLatency(prev[i].families["sluice_storage_read_seconds"], cur[i].families["sluice_storage_read_seconds"])
+		}
 		v.Endpoints = append(v.Endpoints, e)
 		if i < len(prev) {
 			secs = max(secs, cur[i].at.Sub(prev[i].at).Seconds())
@@ -353,6 +359,24 @@ func buildTopView(prev, cur []scrape) topView {
 	return v
 }
 
+// meanLatency is the mean of a histogram's observations between two
+// scrapes of it (0 with none).
+func meanLatency(a, b *dto.MetricFamily) float64 {
+	sum := func(mf *dto.MetricFamily) (s, n float64) {
+		for _, m := range mf.GetMetric() {
+			s += m.GetHistogram().GetSampleSum()
+			n += float64(m.GetHistogram().GetSampleCount())
+		}
+		return s, n
+	}
+	sa, na := sum(a)
+	sb, nb := sum(b)
+	if nb <= na {
+		return 0
+	}
+	return (sb - sa) / (nb - na)
+}
+
 func familyIn(set []scrape, name string) (*dto.MetricFamily, bool) {
 	for _, s := range set {
 		if mf := s.families[name]; mf != nil {
@@ -366,8 +390,11 @@ func familyIn(set []scrape, name string) (*dto.MetricFamily, bool) {
 func writeTop(w io.Writer, v topView) {
 	fmt.Fprintf(w, "sluice top  %s  map v%d  resyncs %g (%s/s)\n", v.Time.Format(time.TimeOnly), v.MapVersion, v.Resyncs, bytesIEC(uint64(v.ResyncBps)))
 	for _, e := range v.Endpoints {
-		if e.Error != "" {
+		switch {
+		case e.Error != "":
 			fmt.Fprintf(w, "  %s: %s\n", e.Endpoint, e.Error)
+		case e.ReadLatency > 0:
+			fmt.Fprintf(w, "  %s: reads %.2f ms\n", e.Endpoint, e.ReadLatency*1e3)
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
