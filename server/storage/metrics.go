@@ -3,6 +3,7 @@ package storage
 import (
 	"errors"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +23,9 @@ type metrics struct {
 	resyncs     prometheus.Gauge
 	resyncBytes prometheus.Counter
 	pending     *prometheus.GaugeVec // updates in flight by chain
+	// pendingBy caches pending's gauge per chain (routing.ChainID ->
+	// prometheus.Gauge), so an update formats no label.
+	pendingBy sync.Map
 }
 
 type targetMetrics struct {
@@ -81,7 +85,15 @@ func (m *metrics) updated(req *storagepb.UpdateRequest, err error, t0 time.Time)
 	}
 }
 
-func chainLabel(c routing.ChainID) string { return strconv.FormatUint(uint64(c), 10) }
+// pendingOf is chain's gauge of updates in flight.
+func (m *metrics) pendingOf(chain uint32) prometheus.Gauge {
+	id := routing.ChainID(chain)
+	if g, ok := m.pendingBy.Load(id); ok {
+		return g.(prometheus.Gauge)
+	}
+	g, _ := m.pendingBy.LoadOrStore(id, m.pending.WithLabelValues(strconv.FormatUint(uint64(chain), 10)))
+	return g.(prometheus.Gauge)
+}
 
 func since(t0 time.Time) float64 { return time.Since(t0).Seconds() }
 

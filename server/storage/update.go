@@ -49,7 +49,7 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 // forwards them down the chain and commits once the rest of the chain has.
 func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (reply *storagepb.UpdateReply, err error) {
 	t0 := time.Now()
-	pending := n.m.pending.WithLabelValues(chainLabel(routing.ChainID(req.Chain)))
+	pending := n.m.pendingOf(req.Chain)
 	pending.Inc()
 	defer func() {
 		pending.Dec()
