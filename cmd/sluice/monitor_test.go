@@ -184,8 +184,10 @@ func TestMonitoring(t *testing.T) {
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("REST status with the token: %d %s %v", code, body, err)
 	}
-	var status map[string]any
-	if err := json.Unmarshal(body, &status); err != nil || len(status) == 0 {
+	var status struct {
+		Leader, State string
+	}
+	if err := json.Unmarshal(body, &status); err != nil || status.Leader == "" || status.State != "Leader" {
 		t.Fatalf("REST status: %v: %s", err, body)
 	}
 	if code, body, _ := get("http://"+metaHTTP+"/v1/cluster/status", ""); code != http.StatusUnauthorized {
