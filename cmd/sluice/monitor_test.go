@@ -257,8 +257,10 @@ func TestMonitoring(t *testing.T) {
 		return err == nil && code == http.StatusOK
 	})
 	dev := scrapeOK(t, devHTTP, "")
-	if n := len(dev["sluice_storage_chunks"].GetMetric()); n != 3 {
-		t.Errorf("dev reports chunks of %d targets, want 3", n)
+	for _, name := range []string{"sluice_storage_chunks", "sluice_storage_read_seconds", "sluice_storage_resyncs_in_progress"} {
+		if n := len(dev[name].GetMetric()); n != 3 {
+			t.Errorf("dev reports %s of %d nodes, want 3", name, n)
+		}
 	}
 	if dev["sluice_mgmtd_map_version"] == nil {
 		t.Error("dev /metrics has no sluice_mgmtd_map_version")

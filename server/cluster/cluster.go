@@ -358,7 +358,8 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		return a.OnSynced(chain, target, chainVer)
 	}
 	if s.node, err = storage.NewNode(storage.NodeConfig{Endpoint: s.ep, Routing: late, Targets: targets,
-		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: onSynced, Ready: ready, Metrics: s.reg}); err != nil {
+		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: onSynced, Ready: ready,
+		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"node": cfg.NodeID}, s.reg)}); err != nil {
 		return fail(err)
 	}
 	if s.conn, err = rpc.Dial(cfg.Cluster, auth.Credentials(cfg.Token)); err != nil {
@@ -400,7 +401,9 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	return s, nil
 }
 
-// Metrics is the node's metrics (sluice_storage_*), for a process's /metrics.
+// Metrics is the node's metrics (sluice_storage_*, each labelled with the
+// node's id, so the nodes of one process stay apart), for a process's
+// /metrics.
 func (s *Storage) Metrics() prometheus.Gatherer { return s.reg }
 
 // Ready says whether the node serves: nil while it holds a lease from
