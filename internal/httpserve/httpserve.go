@@ -115,7 +115,14 @@ func Handler(cfg Config) http.Handler {
 		gatherers = append(gatherers, cfg.Metrics)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", guard(promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})))
+	// A collector that fails (or two that collide) costs its series, not
+	// the scrape, and says so in the log.
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	mux.Handle("GET /metrics", guard(promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelError)})))
 	mux.Handle("GET /healthz", guard(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})))

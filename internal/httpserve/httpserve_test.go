@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -96,3 +98,34 @@ func TestServe(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestMetricsCollision: two gatherers reporting the same series still
+// give a scrape, and the collision is logged.
+func TestMetricsCollision(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_test_gauge", Help: "A test gauge."}))
+	var logged strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return logged.Write(p)
+	}), nil))
+	s, err := Start(Config{Addr: "127.0.0.1:0", Metrics: prometheus.Gatherers{reg, reg}, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if code, body := get(t, "http://"+s.Addr+"/metrics", ""); code != 200 || !strings.Contains(body, "sluice_test_gauge 0") {
+		t.Errorf("/metrics: %d %s", code, body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "level=ERROR") || !strings.Contains(logged.String(), "sluice_test_gauge") {
+		t.Errorf("the collision is not logged: %q", logged.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
