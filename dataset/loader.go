@@ -316,10 +316,11 @@ func (l *Loader) start(s State) *run {
 				return
 			}
 			slot := make(chan result, 1)
+			readAhead.Inc() // before Next can take it and count it down
 			select {
 			case r.out <- slot:
-				readAhead.Inc()
 			case <-ctx.Done():
+				readAhead.Dec()
 				j.discard()
 				return
 			}
@@ -354,10 +355,11 @@ const readTimeout = time.Minute
 func (r *run) fail(ctx context.Context, err error) {
 	slot := make(chan result, 1)
 	slot <- result{err: fmt.Errorf("loader: %w", err)}
+	r.readAhead.Inc()
 	select {
 	case r.out <- slot:
-		r.readAhead.Inc()
 	case <-ctx.Done():
+		r.readAhead.Dec()
 	}
 }
 

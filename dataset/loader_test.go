@@ -359,6 +359,9 @@ func TestLoaderSaysWhenBatchesAreHeld(t *testing.T) {
 	if d := delta("sluice_loader_memory_wait_seconds_total"); d < l.a.stall.Seconds() {
 		t.Errorf("read-ahead memory wait moved by %vs, though it waited long enough to log", d)
 	}
+	if d := delta("sluice_loader_read_ahead_batches"); d != 0 {
+		t.Errorf("read-ahead depth moved by %v over a whole epoch, want back where it was", d)
+	}
 	if d := delta("sluice_loader_stall_seconds_total"); d <= 0 {
 		t.Errorf("stall moved by %vs, though Next waited while every batch was held", d)
 	}
