@@ -83,7 +83,7 @@ func TestMonitoring(t *testing.T) {
 	tokenFile := filepath.Join(dir, "token")
 	writeJSON(t, filepath.Join(dir, "meta.json"), map[string]any{"dir": filepath.Join(dir, "m"), "token_file": tokenFile, "http": metaHTTP,
 		"meta": map[string]any{"listen": addr, "expect_targets": 3, "replicas": 3, "stripe": 3, "chunk_size": 1 << 20}})
-	startProc(t, "meta serving", "server", "--role", "meta", "--config", filepath.Join(dir, "meta.json"), "--log-format", "json")
+	metaProc := startChild(t, "meta serving", "server", "--role", "meta", "--config", filepath.Join(dir, "meta.json"), "--log-format", "json")
 	storageHTTP := map[int]string{}
 	procs := map[int]*os.Process{}
 	for i := 1; i <= 3; i++ {
@@ -124,6 +124,19 @@ func TestMonitoring(t *testing.T) {
 	}
 	if code, body, err := get("http://"+metaHTTP+"/readyz", ""); err != nil || code != http.StatusOK {
 		t.Fatalf("meta /readyz: %d %s %v", code, body, err)
+	}
+
+	// The meta process logs JSON, and Raft's warnings reach it (a new
+	// group's first election starts with one).
+	raftWarned := false
+	for _, line := range strings.Split(metaProc.Stderr(), "\n") {
+		var rec map[string]any
+		if json.Unmarshal([]byte(line), &rec) == nil && rec["level"] == "WARN" && strings.HasPrefix(fmt.Sprint(rec["component"]), "raft") {
+			raftWarned = true
+		}
+	}
+	if !raftWarned {
+		t.Errorf("no Raft warning as JSON in the meta process's log:\n%s", metaProc.Stderr())
 	}
 
 	// Each role's metrics, parsed.
