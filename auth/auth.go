@@ -21,7 +21,7 @@ func TokenAuth(token string) (grpc.UnaryServerInterceptor, grpc.StreamServerInte
 		}
 		md, _ := metadata.FromIncomingContext(ctx)
 		for _, v := range md.Get("authorization") {
-			if got, ok := strings.CutPrefix(v, "Bearer "); ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1 {
+			if Bearer(token, v) {
 				return nil
 			}
 		}
@@ -40,6 +40,14 @@ func TokenAuth(token string) (grpc.UnaryServerInterceptor, grpc.StreamServerInte
 		return h(srv, ss)
 	}
 	return unary, stream
+}
+
+// Bearer reports whether an authorization value ("Bearer <token>", as a
+// gRPC call's metadata or an HTTP Authorization header carries it) holds
+// token. An empty token matches nothing.
+func Bearer(token, authorization string) bool {
+	got, ok := strings.CutPrefix(authorization, "Bearer ")
+	return ok && token != "" && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
 }
 
 // Credentials makes a connection send the cluster token with every call

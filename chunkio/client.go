@@ -30,6 +30,9 @@ type Client struct {
 	// AttemptTimeout bounds one attempt before the client looks at the
 	// routing again (default 5s).
 	AttemptTimeout time.Duration
+	// OnRetry, when set, is called with each error an attempt is retried
+	// after (for metrics); set it before the client is used.
+	OnRetry func(error)
 }
 
 // NewClient returns a client on ep.
@@ -183,6 +186,9 @@ func (c *Client) retry(ctx context.Context, attempt func(context.Context, *routi
 		}
 		if !Retryable(err) || ctx.Err() != nil {
 			return err
+		}
+		if c.OnRetry != nil {
+			c.OnRetry(err)
 		}
 		select {
 		case <-changed:

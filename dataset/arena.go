@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicefs/sluice/sdk"
 )
@@ -32,6 +33,9 @@ type arena struct {
 	// budget is held (by batches not released, most likely).
 	stall time.Duration
 	log   *slog.Logger
+	// waited counts the seconds allocations spent waiting for space
+	// (sluice_loader_memory_wait_seconds_total).
+	waited prometheus.Counter
 
 	mu      sync.Mutex
 	free    []span      // sorted by offset, coalesced
@@ -56,14 +60,15 @@ func newClientArena(c *sdk.Client, size int, shared bool) (*arena, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batch memory of %d bytes: %w", size, err)
 	}
-	return newArena(r, size), nil
+	return newArena(r, size, c), nil
 }
 
-// newArena carves the first size bytes of r.
-func newArena(r region, size int) *arena {
+// newArena carves the first size bytes of r; c's metrics count its waits.
+func newArena(r region, size int, c *sdk.Client) *arena {
 	b := r.bytes()[:size]
 	return &arena{mem: r, b: b, base: uintptr(unsafe.Pointer(&b[0])), n: size, free: []span{{0, size}},
-		used: map[int]int{}, changed: make(chan struct{}), stall: 10 * time.Second, log: slog.Default()}
+		used: map[int]int{}, changed: make(chan struct{}), stall: 10 * time.Second, log: slog.Default(),
+		waited: c.Metrics().Loader.MemoryWait}
 }
 
 func (a *arena) size() int { return a.n }
@@ -81,6 +86,12 @@ func (a *arena) alloc(ctx context.Context, n int) (int, error) {
 		return 0, fmt.Errorf("a batch buffer of %d bytes exceeds the loader's memory budget of %d bytes", n, a.size())
 	}
 	var warn <-chan time.Time
+	var t0 time.Time // when the first wait began
+	defer func() {
+		if !t0.IsZero() {
+			a.waited.Add(time.Since(t0).Seconds())
+		}
+	}()
 	if a.stall > 0 {
 		t := time.NewTicker(a.stall)
 		defer t.Stop()
@@ -106,6 +117,9 @@ func (a *arena) alloc(ctx context.Context, n int) (int, error) {
 		}
 		wait := a.changed
 		a.mu.Unlock()
+		if t0.IsZero() {
+			t0 = time.Now()
+		}
 		select {
 		case <-wait:
 		case <-warn:

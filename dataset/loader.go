@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // LoaderConfig says what a loader delivers.
@@ -92,9 +93,10 @@ type Loader struct {
 
 // run is the read-ahead of one epoch from one starting state.
 type run struct {
-	cancel context.CancelFunc
-	out    chan chan result // in step order
-	wg     sync.WaitGroup
+	cancel    context.CancelFunc
+	out       chan chan result // in step order
+	wg        sync.WaitGroup
+	readAhead prometheus.Gauge // counts the slots in out
 }
 
 type result struct {
@@ -156,7 +158,7 @@ func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
 		if err != nil {
 			return nil, fmt.Errorf("loader: %w", err)
 		}
-		a = newArena(r, budget)
+		a = newArena(r, budget, d.c)
 	} else if a, err = newClientArena(d.c, budget, cfg.SharedMemory); err != nil {
 		return nil, err
 	}
@@ -242,12 +244,16 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	}
 	r := l.run
 	l.mu.Unlock()
+	m := &l.d.c.Metrics().Loader
+	t0 := time.Now()
+	defer func() { m.Stall.Add(time.Since(t0).Seconds()) }()
 	var slot chan result
 	select {
 	case s, ok := <-r.out:
 		if !ok {
 			return nil, io.EOF
 		}
+		m.ReadAhead.Dec()
 		slot = s
 	case <-ctx.Done():
 		return nil, ctx.Err()
@@ -261,6 +267,8 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		l.mu.Lock()
 		l.state = res.b.state
 		l.mu.Unlock()
+		m.Batches.Inc()
+		m.Samples.Add(float64(res.b.NumRows()))
 		return res.b, nil
 	case <-ctx.Done():
 		// The batch is lost to this caller: release it when it comes and
@@ -295,7 +303,8 @@ func (l *Loader) Each(ctx context.Context, fn func(*Batch) error) error {
 // and hands the reads to Readers goroutines.
 func (l *Loader) start(s State) *run {
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &run{cancel: cancel, out: make(chan chan result, 2*l.cfg.Readers)}
+	readAhead := l.d.c.Metrics().Loader.ReadAhead
+	r := &run{cancel: cancel, out: make(chan chan result, 2*l.cfg.Readers), readAhead: readAhead}
 	jobs := make(chan func(), l.cfg.Readers)
 	for range l.cfg.Readers {
 		r.wg.Add(1)
@@ -331,9 +340,11 @@ func (l *Loader) start(s State) *run {
 				return
 			}
 			slot := make(chan result, 1)
+			readAhead.Inc() // before Next can take it and count it down
 			select {
 			case r.out <- slot:
 			case <-ctx.Done():
+				readAhead.Dec()
 				j.discard()
 				return
 			}
@@ -368,9 +379,11 @@ const readTimeout = time.Minute
 func (r *run) fail(ctx context.Context, err error) {
 	slot := make(chan result, 1)
 	slot <- result{err: fmt.Errorf("loader: %w", err)}
+	r.readAhead.Inc()
 	select {
 	case r.out <- slot:
 	case <-ctx.Done():
+		r.readAhead.Dec()
 	}
 }
 
@@ -385,6 +398,7 @@ func (l *Loader) stop() {
 	}
 	r.cancel()
 	for slot := range r.out {
+		r.readAhead.Dec()
 		drop(slot)
 	}
 	r.wg.Wait()

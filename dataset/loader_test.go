@@ -287,10 +287,16 @@ func TestBatchMemoryIsNotReusedWhileHeld(t *testing.T) {
 
 // TestLoaderSaysWhenBatchesAreHeld holds every batch it gets: once the
 // budget is gone the read-ahead waits, and says why in the log instead of
-// hanging silently; releasing the batches lets the epoch finish.
+// hanging silently, and counts the wait as memory wait, not as a stall of
+// the caller; releasing the batches lets the epoch finish.
 func TestLoaderSaysWhenBatchesAreHeld(t *testing.T) {
 	d := makeDataset(t, "hoard", 400, 600, 0)
 	l := newLoader(t, d, LoaderConfig{BatchSize: 8, Prefetch: 1, Readers: 1})
+	m := d.c.Metrics()
+	before, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var logged strings.Builder
 	var mu sync.Mutex
 	l.a.stall = 50 * time.Millisecond
@@ -345,6 +351,26 @@ func TestLoaderSaysWhenBatchesAreHeld(t *testing.T) {
 	}
 	if n != 50 {
 		t.Fatalf("%d batches in the epoch, want 50", n)
+	}
+	after, err := m.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta := func(name string) float64 { return after[name] - before[name] }
+	if d := delta("sluice_loader_batches_total"); d != 50 {
+		t.Errorf("loader batches moved by %v, want 50", d)
+	}
+	if d := delta("sluice_loader_samples_total"); d != 400 {
+		t.Errorf("loader samples moved by %v, want 400", d)
+	}
+	if d := delta("sluice_loader_memory_wait_seconds_total"); d < l.a.stall.Seconds() {
+		t.Errorf("read-ahead memory wait moved by %vs, though it waited long enough to log", d)
+	}
+	if d := delta("sluice_loader_read_ahead_batches"); d != 0 {
+		t.Errorf("read-ahead depth moved by %v over a whole epoch, want back where it was", d)
+	}
+	if d := delta("sluice_loader_stall_seconds_total"); d <= 0 {
+		t.Errorf("stall moved by %vs, though Next waited while every batch was held", d)
 	}
 }
 

@@ -149,6 +149,7 @@ func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
 		if errs[i] == nil && op.N > 0 {
 			op.File.grow(uint64(op.Off) + uint64(op.N))
 		}
+		c.metrics.wrote(op.N, errs[i])
 	}
 	return errs
 }
@@ -296,6 +297,9 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readRes
 			}
 		}
 		clear(dst[rd.N:]) // holes read as zeros
+	}
+	for _, r := range res {
+		c.metrics.read(r.N, r.Err)
 	}
 	if sums {
 		for i, op := range ops {

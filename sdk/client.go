@@ -71,6 +71,7 @@ type Client struct {
 	seq     atomic.Uint64
 	log     *slog.Logger
 	timeout time.Duration // OpTimeout; 0 for none
+	metrics *Metrics
 	leases  readLeases
 	wg      sync.WaitGroup // renewLeases
 
@@ -96,7 +97,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	c := &Client{log: cfg.Logger, timeout: cfg.OpTimeout}
+	c := &Client{log: cfg.Logger, timeout: cfg.OpTimeout, metrics: newMetrics()}
 	if c.timeout == 0 {
 		c.timeout = DefaultOpTimeout
 	} else if c.timeout < 0 {
@@ -144,6 +145,7 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 		return fail(err)
 	}
 	c.store = chunkio.NewClient(c.ep, c.routing)
+	c.store.OnRetry = func(error) { c.metrics.retries.Inc() }
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
@@ -151,6 +153,9 @@ func Connect(ctx context.Context, cfg Config) (*Client, error) {
 	}()
 	return c, nil
 }
+
+// Metrics is the client's metrics (sluice_client_*, sluice_loader_*).
+func (c *Client) Metrics() *Metrics { return c.metrics }
 
 // Close releases the connection.
 func (c *Client) Close() error {

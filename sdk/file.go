@@ -160,8 +160,11 @@ func (f *File) put(ctx context.Context, p []byte, off int64) (int, error) {
 		return err
 	})
 	if err != nil {
-		return n, f.c.timedOut(ctx, fmt.Errorf("write %s: %w", f.name, err))
+		err = f.c.timedOut(ctx, fmt.Errorf("write %s: %w", f.name, err))
+		f.c.metrics.wrote(n, err)
+		return n, err
 	}
+	f.c.metrics.wrote(len(p), nil)
 	return len(p), nil
 }
 
@@ -194,8 +197,11 @@ func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, err
 		return err
 	})
 	if err != nil {
-		return n, f.c.timedOut(ctx, fmt.Errorf("read %s: %w", f.name, err))
+		err = f.c.timedOut(ctx, fmt.Errorf("read %s: %w", f.name, err))
+		f.c.metrics.read(n, err)
+		return n, err
 	}
+	f.c.metrics.read(want, nil)
 	if want < len(p) {
 		return want, io.EOF
 	}

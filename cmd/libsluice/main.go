@@ -603,3 +603,26 @@ func sluice_stat(client C.uint64_t, path *C.char, buf *C.char, capacity C.int64_
 		return copyOut(b, buf, capacity, needed)
 	})
 }
+
+// sluice_metrics copies the client's metrics as JSON into buf (see
+// copyOut): an object of metric name (labels in braces, as Prometheus
+// writes them) to value, sdk.Metrics.Snapshot.
+//
+//export sluice_metrics
+func sluice_metrics(client C.uint64_t, buf *C.char, capacity C.int64_t, needed *C.int64_t) C.int {
+	return call(func() error {
+		c, err := get[*sdk.Client](client)
+		if err != nil {
+			return err
+		}
+		m, err := c.Metrics().Snapshot()
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(m)
+		if err != nil {
+			return err
+		}
+		return copyOut(b, buf, capacity, needed)
+	})
+}

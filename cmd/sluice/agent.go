@@ -16,6 +16,7 @@ import (
 func newAgentCmd() *cobra.Command {
 	var cf connFlags
 	var cfg sdk.AgentConfig
+	var hf httpFlags
 	cmd := &cobra.Command{
 		Use:   "agent",
 		Short: "Run the local agent: serve applications' shared-memory I/O rings",
@@ -38,6 +39,12 @@ of its buffer. Ctrl-C stops it. ` + "`sluice mount`" + ` hosts the same agent.`,
 			if err != nil {
 				return err
 			}
+			hs, err := hf.serve(cmd, cf.tokenOrEnv(), httpSources{metrics: c.Metrics().Gatherer()})
+			if err != nil {
+				a.Close()
+				return err
+			}
+			defer hs.Close()
 			fmt.Fprintf(cmd.OutOrStdout(), "agent serving at %s\n", cfg.Path)
 			stop := make(chan os.Signal, 1)
 			signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
@@ -50,6 +57,7 @@ of its buffer. Ctrl-C stops it. ` + "`sluice mount`" + ` hosts the same agent.`,
 		},
 	}
 	cf.add(cmd)
+	hf.add(cmd)
 	cmd.Flags().StringVar(&cfg.Path, "socket", "", "unix socket applications dial (default $TMPDIR/sluice-agent.sock)")
 	cmd.Flags().DurationVar(&cfg.Lease, "lease", 2*time.Second, "how stale a client's heartbeat may get before it is reclaimed")
 	cmd.Flags().IntVar(&cfg.Batch, "batch", 128, "ring entries taken at a time")

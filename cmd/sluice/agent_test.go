@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/internal/testproc"
 	"github.com/sluicefs/sluice/sdk"
 	"github.com/sluicefs/sluice/server/cluster"
 	"github.com/sluicefs/sluice/shmring"
@@ -17,7 +18,8 @@ import (
 
 // TestAgentCommand: `sluice agent` as its own process serves an
 // application (this test) over shared-memory rings: a file created, written
-// and read back through the agent, and the agent stops cleanly on SIGTERM.
+// and read back through the agent, which its client's metrics on --http
+// count; the agent stops cleanly on SIGTERM, its HTTP server with it.
 func TestAgentCommand(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -27,11 +29,21 @@ func TestAgentCommand(t *testing.T) {
 	}
 	defer c.Close()
 	sock := filepath.Join(t.TempDir(), "agent.sock")
-	proc := startProc(t, "agent serving at "+sock, "agent", "--socket", sock, "--cluster", c.Addr, "--token", c.Token)
+	httpAddr := testproc.FreeAddr(t)
+	proc := startProc(t, "agent serving at "+sock, "agent", "--socket", sock, "--cluster", c.Addr, "--token", c.Token, "--http", httpAddr)
 	throughAgent(t, ctx, sock)
+	mfs := scrapeOK(t, httpAddr, "")
+	for _, name := range []string{"sluice_client_read_bytes_total", "sluice_client_write_bytes_total", "sluice_client_reads_total"} {
+		if v := sumOf(mfs, name); v <= 0 {
+			t.Errorf("agent's %s is %v after reads and writes through it", name, v)
+		}
+	}
 	proc.Process.Signal(syscall.SIGTERM)
 	if err := proc.Wait(); err != nil {
 		t.Fatalf("agent after SIGTERM: %v", err)
+	}
+	if _, _, err := get("http://"+httpAddr+"/healthz", ""); err == nil {
+		t.Error("the agent's HTTP server answers after the agent stopped")
 	}
 }
 

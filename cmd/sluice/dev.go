@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicefs/sluice/sdk"
@@ -16,6 +18,7 @@ import (
 func newDevCmd() *cobra.Command {
 	var cfg cluster.Config
 	var agentSocket string
+	var hf httpFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a whole cluster in this process (metadata, mgmtd, storage targets in --dir)",
@@ -30,6 +33,7 @@ processes on this machine that do their I/O through shared-memory rings
 fabric, without a socket in the data path.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg.Logger = slog.Default()
 			if cfg.Dir == "" {
 				home, _ := os.UserHomeDir()
 				cfg.Dir = filepath.Join(home, ".sluice-dev")
@@ -39,6 +43,7 @@ fabric, without a socket in the data path.`,
 				return err
 			}
 			defer c.Close()
+			var clientMetrics prometheus.Gatherer = prometheus.Gatherers{}
 			if !cmd.Flags().Changed("agent-socket") {
 				agentSocket = filepath.Join(cfg.Dir, "agent.sock")
 			}
@@ -48,6 +53,7 @@ fabric, without a socket in the data path.`,
 					return err
 				}
 				defer cl.Close()
+				clientMetrics = cl.Metrics().Gatherer()
 				a, err := sdk.NewAgent(cl, sdk.AgentConfig{Path: agentSocket})
 				if err != nil {
 					return err
@@ -55,6 +61,11 @@ fabric, without a socket in the data path.`,
 				defer a.Close() // before the client and the cluster
 				fmt.Fprintf(cmd.ErrOrStderr(), "sluice dev: local agent at %s\n", agentSocket)
 			}
+			hs, err := hf.serve(cmd, c.Token, httpSources{metrics: prometheus.Gatherers{c.Metrics(), clientMetrics}, ready: c.Ready, api: c.API})
+			if err != nil {
+				return err
+			}
+			defer hs.Close()
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "export SLUICE_CLUSTER=%s\n", c.Addr)
 			fmt.Fprintf(out, "export SLUICE_TOKEN=%s\n", c.Token)
@@ -75,6 +86,7 @@ fabric, without a socket in the data path.`,
 	cmd.Flags().IntVar(&cfg.Targets, "targets", 3, "storage targets")
 	cmd.Flags().IntVar(&cfg.Replicas, "replicas", 3, "replicas per chain")
 	cmd.Flags().StringVar(&cfg.Listen, "listen", "127.0.0.1:7400", "gRPC address for clients")
+	hf.add(cmd)
 	cmd.Flags().StringVar(&agentSocket, "agent-socket", "", `unix socket of the local agent (default DIR/agent.sock; "" for none)`)
 	return cmd
 }

@@ -25,6 +25,14 @@ func (f *connFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.token, "token", "", "cluster token (default $SLUICE_TOKEN)")
 }
 
+// tokenOrEnv is the token the client uses: --token, else $SLUICE_TOKEN.
+func (f *connFlags) tokenOrEnv() string {
+	if f.token != "" {
+		return f.token
+	}
+	return os.Getenv("SLUICE_TOKEN")
+}
+
 func (f *connFlags) connect(ctx context.Context) (*sdk.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()

@@ -5,6 +5,7 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 
 	"github.com/spf13/cobra"
@@ -21,13 +22,23 @@ func main() {
 }
 
 func newRoot() *cobra.Command {
+	var lf logFlags
 	root := &cobra.Command{
 		Use:           "sluice",
 		Short:         "Sluice: a distributed file system and dataset loader for ML training",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			l, err := lf.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			slog.SetDefault(l)
+			return nil
+		},
 	}
-	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoCmd(), newServerCmd(), newDatasetCmd(), newMountCmd(), newAgentCmd())
+	lf.add(root)
+	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoCmd(), newServerCmd(), newDatasetCmd(), newMountCmd(), newAgentCmd(), newTopCmd())
 	root.AddCommand(newFileCmds()...)
 	return root
 }

@@ -19,6 +19,7 @@ func newMountCmd() *cobra.Command {
 	var cf connFlags
 	var cfg fuse.Config
 	var agentCfg sdk.AgentConfig
+	var hf httpFlags
 	cmd := &cobra.Command{
 		Use:   "mount MOUNTPOINT",
 		Short: "Mount the cluster through FUSE, for tools that only speak POSIX",
@@ -34,7 +35,7 @@ fusermount3 (package fuse3).`,
 				return err
 			}
 			defer c.Close()
-			cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			cfg.Logger = slog.Default()
 			stop := make(chan os.Signal, 1)
 			signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 			defer signal.Stop(stop)
@@ -52,6 +53,13 @@ fusermount3 (package fuse3).`,
 				}
 				defer a.Close()
 			}
+			// Ready while mounted: the mount serves until it ends.
+			hs, err := hf.serve(cmd, cf.tokenOrEnv(), httpSources{metrics: c.Metrics().Gatherer()})
+			if err != nil {
+				m.Close()
+				return err
+			}
+			defer hs.Close()
 			fmt.Fprintf(cmd.OutOrStdout(), "mounted at %s\n", dir)
 			if agentCfg.Path != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "agent serving at %s\n", agentCfg.Path)
@@ -66,6 +74,7 @@ fusermount3 (package fuse3).`,
 		},
 	}
 	cf.add(cmd)
+	hf.add(cmd)
 	cmd.Flags().BoolVar(&cfg.AllowOther, "allow-other", false, "let other users in (permission checks still apply)")
 	cmd.Flags().DurationVar(&cfg.AttrTimeout, "attr-timeout", time.Second, "how long the kernel caches attributes")
 	cmd.Flags().DurationVar(&cfg.EntryTimeout, "entry-timeout", time.Second, "how long the kernel caches name lookups")

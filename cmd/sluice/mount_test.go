@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicefs/sluice/internal/testproc"
 	"github.com/sluicefs/sluice/sdk"
 	"github.com/sluicefs/sluice/server/cluster"
 )
@@ -29,7 +30,8 @@ func mounted(t *testing.T, dir string) bool {
 
 // TestMountCommand: `sluice mount` serves the cluster at the mount point
 // (what cp writes there the SDK reads) and unmounts on SIGTERM and on
-// SIGINT, lazily when a file is still open there.
+// SIGINT, lazily when a file is still open there. Its client's metrics on
+// --http count what went through the mount.
 func TestMountCommand(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse on this machine")
@@ -49,7 +51,8 @@ func TestMountCommand(t *testing.T) {
 	for i, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
 		dir := t.TempDir()
 		sock := filepath.Join(t.TempDir(), "agent.sock")
-		proc := startProc(t, "mounted", "mount", "--cluster", c.Addr, "--token", c.Token, "--agent-socket", sock, dir)
+		httpAddr := testproc.FreeAddr(t)
+		proc := startProc(t, "mounted", "mount", "--cluster", c.Addr, "--token", c.Token, "--agent-socket", sock, "--http", httpAddr, dir)
 		if !mounted(t, dir) {
 			t.Fatalf("%s is not a mount point", dir)
 		}
@@ -72,6 +75,9 @@ func TestMountCommand(t *testing.T) {
 		f.Close()
 		if string(b[:n]) != "through the mount" {
 			t.Fatalf("the SDK reads %q", b[:n])
+		}
+		if w := sumOf(scrapeOK(t, httpAddr, ""), "sluice_client_write_bytes_total"); w < float64(len("through the mount")) {
+			t.Errorf("the mount's client wrote %v bytes by its metrics, after a write of %d", w, len("through the mount"))
 		}
 		if i == 0 { // the mount process is the local agent too
 			ac, err := sdk.DialAgent(sock, 32<<20, 64, false)

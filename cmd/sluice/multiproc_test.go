@@ -38,10 +38,17 @@ func TestMain(m *testing.M) {
 // first line of output, which must contain want.
 func startProc(t *testing.T, want string, args ...string) *exec.Cmd {
 	t.Helper()
+	return startChild(t, want, args...).Cmd
+}
+
+// startChild is startProc returning the child, whose standard error the
+// test can read.
+func startChild(t *testing.T, want string, args ...string) *testproc.Proc {
+	t.Helper()
 	b, _ := json.Marshal(args)
 	p := testproc.Start(t, testproc.Command("sluice", string(b)))
 	p.Expect(t, want, 60*time.Second)
-	return p.Cmd
+	return p
 }
 
 func writeJSON(t *testing.T, path string, v any) {

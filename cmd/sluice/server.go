@@ -17,7 +17,7 @@ import (
 
 // serverConfig is `sluice server --config FILE`: JSON, one process's part.
 //
-//	{"dir": "/srv/sluice", "token_file": "/etc/sluice/token",
+//	{"dir": "/srv/sluice", "token_file": "/etc/sluice/token", "http": "10.0.0.1:7480",
 //	 "meta": {"id": "m1", "raft_bind": "10.0.0.1:7401", "listen": "10.0.0.1:7400",
 //	          "members": {"m1": "10.0.0.1:7401", ...}, "chunk_size": 1048576,
 //	          "stripe": 8, "expect_targets": 12, "replicas": 3},
@@ -26,7 +26,10 @@ import (
 type serverConfig struct {
 	Dir       string `json:"dir"`
 	TokenFile string `json:"token_file"`
-	Meta      struct {
+	// HTTP is the address of /metrics, /healthz, /readyz and (meta) the
+	// REST API; --http overrides it.
+	HTTP string `json:"http"`
+	Meta struct {
 		ID            string            `json:"id"`
 		RaftBind      string            `json:"raft_bind"`
 		Listen        string            `json:"listen"`
@@ -46,7 +49,8 @@ type serverConfig struct {
 }
 
 func newServerCmd() *cobra.Command {
-	var role, config, logLevel string
+	var role, config string
+	var hf httpFlags
 	cmd := &cobra.Command{
 		Use:   "server --role meta|storage --config FILE",
 		Short: "Run one process of a cluster: a control-plane replica or a storage node",
@@ -66,16 +70,19 @@ func newServerCmd() *cobra.Command {
 			if cfg.TokenFile == "" {
 				cfg.TokenFile = filepath.Join(cfg.Dir, "token")
 			}
-			logger, err := serverLogger(logLevel)
-			if err != nil {
+			if !cmd.Flags().Changed("http") {
+				hf.addr = cfg.HTTP
+			}
+			logger := slog.Default()
+			if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 				return err
 			}
-			os.MkdirAll(cfg.Dir, 0o755)
 			token, err := auth.LoadToken(cfg.TokenFile)
 			if err != nil {
 				return err
 			}
 			var closer interface{ Close() error }
+			var src httpSources
 			switch role {
 			case "meta":
 				m := cfg.Meta
@@ -86,6 +93,7 @@ func newServerCmd() *cobra.Command {
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "meta serving on %s\n", c.Addr)
 				closer = c
+				src = httpSources{metrics: c.Metrics(), ready: c.Ready, api: c.API}
 			case "storage":
 				s := cfg.Storage
 				n, err := cluster.StartStorage(cmd.Context(), cluster.StorageConfig{Dir: cfg.Dir, Cluster: s.Cluster, Token: token, NodeID: s.NodeID,
@@ -95,10 +103,16 @@ func newServerCmd() *cobra.Command {
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "storage node %s serving targets %v\n", s.NodeID, s.Targets)
 				closer = n
+				src = httpSources{metrics: n.Metrics(), ready: n.Ready}
 			default:
 				return fmt.Errorf("--role must be meta or storage, not %q", role)
 			}
 			defer closer.Close()
+			hs, err := hf.serve(cmd, token, src)
+			if err != nil {
+				return err
+			}
+			defer hs.Close() // before the process it reports on
 			stop := make(chan os.Signal, 1)
 			signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
 			select {
@@ -110,22 +124,8 @@ func newServerCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&role, "role", "", "meta or storage")
 	cmd.Flags().StringVar(&config, "config", "", "the process's JSON config")
-	cmd.Flags().StringVar(&logLevel, "log-level", "", "log to standard error at this level and above: debug, info, warn or error (default: no log)")
+	hf.add(cmd)
 	cmd.MarkFlagRequired("role")
 	cmd.MarkFlagRequired("config")
 	return cmd
-}
-
-// serverLogger is the process's logger for --log-level: slog text on
-// standard error at that level, or nil (the cluster package then discards
-// its logs) when no level is given.
-func serverLogger(level string) (*slog.Logger, error) {
-	if level == "" {
-		return nil, nil
-	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: %w", level, err)
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
 }

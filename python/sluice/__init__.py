@@ -23,7 +23,7 @@ import pyarrow as pa
 from . import _lib
 from ._lib import SluiceError
 
-__all__ = ["connect", "Client", "Dataset", "Loader", "File", "SluiceError", "version"]
+__all__ = ["connect", "Client", "Dataset", "Loader", "File", "SluiceError", "metrics", "version"]
 
 # Sizes of the Arrow C data interface structs (fixed by the ABI).
 _ARROW_SCHEMA, _ARROW_ARRAY, _ARROW_STREAM = 72, 80, 40
@@ -88,6 +88,15 @@ class Client(_Handle):
             raise ValueError("mode must be 'r' or 'w'")
         return File(self, path, mode == "w")
 
+    def metrics(self):
+        """The client's metrics as a dict of name to value, labels in
+        braces as Prometheus writes them: bytes and ranges read and
+        written, retries, errors by kind, and its loaders' batches,
+        samples, stall seconds (time spent waiting in the loader for a
+        batch: the training loop starved of data) and memory-wait seconds
+        (time the read-ahead waited for batches to be released)."""
+        return _lib.json_out("sluice_metrics", ctypes.c_uint64(self.handle()))
+
     def stat(self, path):
         """The file's attributes as a dict (ino, type, mode, size, nlink, mtime_ns, uid, gid)."""
         return _lib.json_out("sluice_stat", ctypes.c_uint64(self.handle()), path.encode())
@@ -124,6 +133,13 @@ def _client():
             env = _env()
             _default, _default_env = Client(), env
         return _default
+
+
+def metrics(client=None):
+    """The metrics of client (default: the default connection) as a dict;
+    see Client.metrics. ``sluice.metrics()["sluice_loader_stall_seconds_total"]``
+    is how long this process's training loop has waited on data."""
+    return (client or _client()).metrics()
 
 
 class File(_Handle):

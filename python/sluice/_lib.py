@@ -73,6 +73,7 @@ _SIGNATURES = {
     "sluice_file_pread": ([ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, _i64p], ctypes.c_int),
     "sluice_file_pwrite": ([ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64], ctypes.c_int),
     "sluice_file_size": ([ctypes.c_uint64, _i64p], ctypes.c_int),
+    "sluice_metrics": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int64, _i64p], ctypes.c_int),
     "sluice_stat": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64, _i64p], ctypes.c_int),
 }
 

@@ -173,3 +173,24 @@ def test_memory_flat_over_10000_batches(cluster):
     gc.collect()
     grown = rss() - base
     assert grown < 32 << 20, "RSS grew by %d MiB over 9000 batches" % (grown >> 20)
+
+
+def test_metrics(cluster):
+    """sluice.metrics() is a dict of the client's and its loaders' counters,
+    and an epoch through a loader moves them by what it delivered."""
+    ds = sluice.Dataset("points")
+    before = sluice.metrics()
+    assert isinstance(before, dict)
+    for name in ["sluice_client_read_bytes_total", "sluice_client_retries_total", "sluice_loader_batches_total",
+                 "sluice_loader_samples_total", "sluice_loader_stall_seconds_total",
+                 "sluice_loader_memory_wait_seconds_total", 'sluice_client_errors_total{kind="timeout"}']:
+        assert name in before, name
+    loader = ds.loader(batch_size=100, shuffle=False)
+    rows = sum(b.num_rows for b in loader)
+    steps = len(loader)
+    loader.close()
+    after = sluice.metrics()
+    assert after["sluice_loader_samples_total"] - before["sluice_loader_samples_total"] == rows == N
+    assert after["sluice_loader_batches_total"] - before["sluice_loader_batches_total"] == steps
+    assert after["sluice_client_read_bytes_total"] > before["sluice_client_read_bytes_total"]
+    assert after["sluice_loader_stall_seconds_total"] > before["sluice_loader_stall_seconds_total"]

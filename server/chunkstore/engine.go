@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,9 @@ type EngineConfig struct {
 	// boot id). Opening a target last opened under another one settles it
 	// (settle); tests set it to act out a power loss.
 	BootID string
+	// Logger receives the metadata store's (Pebble's) errors (default
+	// slog.Default()).
+	Logger *slog.Logger
 }
 
 // Engine stores one target's chunks. See the package doc for what is synced
@@ -106,7 +110,7 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	if err := e.fs.MkdirAll(e.chunks); err != nil {
 		return nil, fmt.Errorf("open target %s: %w", cfg.Dir, err)
 	}
-	db, err := pebbledb.Open(join(cfg.Dir, "meta"))
+	db, err := pebbledb.Open(join(cfg.Dir, "meta"), cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("open target %s metadata: %w", cfg.Dir, err)
 	}

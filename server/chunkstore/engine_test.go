@@ -365,7 +365,7 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 			return bytes.Clone(v)
 		}
 		putBack := func(id chunkio.ID, rec []byte) { // the lost record
-			db, err := pebbledb.Open(filepath.Join(dir, "meta"))
+			db, err := pebbledb.Open(filepath.Join(dir, "meta"), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,6 +20,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync"
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/sluicefs/sluice/auth"
@@ -39,6 +41,7 @@ import (
 	"github.com/sluicefs/sluice/routing"
 	"github.com/sluicefs/sluice/rpc"
 	"github.com/sluicefs/sluice/server/chunkstore"
+	"github.com/sluicefs/sluice/server/gateway"
 	"github.com/sluicefs/sluice/server/meta"
 	"github.com/sluicefs/sluice/server/mgmtd"
 	"github.com/sluicefs/sluice/server/storage"
@@ -82,6 +85,8 @@ type Control struct {
 	collector atomic.Pointer[meta.Collector] // once its storage client is up
 	closeOnce sync.Once
 	gs        *grpc.Server
+	metrics   *meta.Metrics
+	bg        context.Context // ends with Close
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -106,14 +111,14 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	cfg.Logger = quiet(cfg.Logger)
 	c := &Control{}
 	bg, cancel := context.WithCancel(context.Background())
-	c.cancel = cancel
+	c.bg, c.cancel = bg, cancel
 	fail := func(err error) (*Control, error) {
 		c.Close()
 		return nil, err
 	}
 	var err error
 	c.replica, err = meta.StartReplica(meta.ReplicaConfig{ID: cfg.ID, Dir: cfg.Dir, Bind: cfg.RaftBind,
-		RootLayout: &metapb.Layout{ChainTable: 1, ChunkSize: uint32(cfg.ChunkSize), Stripe: uint32(cfg.Stripe)}, Fast: true})
+		RootLayout: &metapb.Layout{ChainTable: 1, ChunkSize: uint32(cfg.ChunkSize), Stripe: uint32(cfg.Stripe)}, Fast: true, Logger: cfg.Logger})
 	if err != nil {
 		return fail(err)
 	}
@@ -126,8 +131,12 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	}
 	det := mgmtd.NewDetector(c.replica, 3*time.Second, cfg.Logger)
 	c.spawn(func() { det.Run(bg) })
+	c.metrics = meta.NewMetrics(c.replica)
+	if err := c.metrics.Register(det.Metrics()...); err != nil {
+		return fail(err)
+	}
 	unary, stream := auth.TokenAuth(cfg.Token)
-	c.gs = grpc.NewServer(grpc.UnaryInterceptor(unary), grpc.StreamInterceptor(stream))
+	c.gs = grpc.NewServer(grpc.ChainUnaryInterceptor(unary, c.metrics.Interceptor()), grpc.StreamInterceptor(stream))
 	metaSvc := meta.NewService(c.replica)
 	metaSvc.ReportSpace(det.TargetSpace)
 	metapb.RegisterMetaServer(c.gs, metaSvc)
@@ -206,6 +215,26 @@ func (c *Control) Collect(ctx context.Context, now time.Time) (int, error) {
 	return col.Collect(ctx, now)
 }
 
+// Metrics is the replica's metrics (sluice_meta_*, sluice_mgmtd_*), for a
+// process's /metrics.
+func (c *Control) Metrics() prometheus.Gatherer { return c.metrics.Gatherer() }
+
+// Ready says whether the replica serves: nil once it knows a leader.
+func (c *Control) Ready(context.Context) error {
+	if c.replica.Leader() == "" {
+		return errors.New("meta: no leader known")
+	}
+	return nil
+}
+
+// API is the REST/JSON gateway to the replica's gRPC services (meta and
+// mgmtd), forwarding each request, with its Authorization header as the
+// call's token, to this replica's gRPC address; its connection closes
+// with the replica.
+func (c *Control) API() (http.Handler, error) {
+	return gateway.Gateway(c.bg, c.Addr, nil, metapb.RegisterMetaHandlerFromEndpoint, mgmtdpb.RegisterMgmtdHandlerFromEndpoint)
+}
+
 // IsLeader reports whether this replica leads the group.
 func (c *Control) IsLeader() bool { return c.replica != nil && c.replica.IsLeader() }
 
@@ -249,6 +278,9 @@ type StorageConfig struct {
 
 // Storage is a running storage node.
 type Storage struct {
+	targets []uint32
+	ready   func() error
+	reg     *prometheus.Registry
 	ep      fabric.Endpoint
 	conn    *rpc.LeaderConn
 	routing *routing.WatchedRouting
@@ -268,7 +300,7 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	}
 	cfg.ChunkSize = max(cfg.ChunkSize, 4<<20)
 	cfg.Logger = quiet(cfg.Logger)
-	s := &Storage{}
+	s := &Storage{targets: cfg.Targets, reg: prometheus.NewRegistry()}
 	bg, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	fail := func(err error) (*Storage, error) {
@@ -277,7 +309,7 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	}
 	targets := map[routing.TargetID]*chunkstore.Engine{}
 	for _, t := range cfg.Targets {
-		e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", t)), MaxChunkSize: cfg.ChunkSize})
+		e, err := chunkstore.OpenEngine(chunkstore.EngineConfig{Dir: filepath.Join(cfg.Dir, fmt.Sprint("target-", t)), MaxChunkSize: cfg.ChunkSize, Logger: cfg.Logger})
 		if err != nil {
 			return fail(err)
 		}
@@ -317,6 +349,7 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		}
 		return nil
 	}
+	s.ready = ready
 	onSynced := func(chain routing.ChainID, target routing.TargetID, chainVer uint64) error {
 		a := agentp.Load()
 		if a == nil {
@@ -325,7 +358,8 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		return a.OnSynced(chain, target, chainVer)
 	}
 	if s.node, err = storage.NewNode(storage.NodeConfig{Endpoint: s.ep, Routing: late, Targets: targets,
-		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: onSynced, Ready: ready}); err != nil {
+		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: onSynced, Ready: ready,
+		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"node": cfg.NodeID}, s.reg)}); err != nil {
 		return fail(err)
 	}
 	if s.conn, err = rpc.Dial(cfg.Cluster, auth.Credentials(cfg.Token)); err != nil {
@@ -365,6 +399,31 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	}
 	late.use(s.routing)
 	return s, nil
+}
+
+// Metrics is the node's metrics (sluice_storage_*, each labelled with the
+// node's id, so the nodes of one process stay apart), for a process's
+// /metrics.
+func (s *Storage) Metrics() prometheus.Gatherer { return s.reg }
+
+// Ready says whether the node serves: nil while it holds a lease from
+// mgmtd, its routing is as new as the lease's, and every one of its targets
+// is registered and serving; else why not.
+func (s *Storage) Ready(context.Context) error {
+	if err := s.ready(); err != nil {
+		return err
+	}
+	r := s.routing.Routing()
+	for _, id := range s.targets {
+		t, ok := r.Targets[routing.TargetID(id)]
+		if !ok {
+			return fmt.Errorf("target %d is not registered", id)
+		}
+		if t.State != routing.Serving {
+			return fmt.Errorf("target %d is %v", id, t.State)
+		}
+	}
+	return nil
 }
 
 // lateRouting is a routing.Provider whose source arrives after the
@@ -500,6 +559,33 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	return c, nil
 }
+
+// Metrics gathers the whole cluster's metrics: the control plane's and
+// every storage node's.
+func (c *Cluster) Metrics() prometheus.Gatherer {
+	g := prometheus.Gatherers{c.control.Metrics()}
+	for _, s := range c.storage {
+		g = append(g, s.Metrics())
+	}
+	return g
+}
+
+// Ready is nil when the control plane knows a leader and every storage
+// node is ready (Storage.Ready).
+func (c *Cluster) Ready(ctx context.Context) error {
+	if err := c.control.Ready(ctx); err != nil {
+		return err
+	}
+	for _, s := range c.storage {
+		if err := s.Ready(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// API is the control plane's REST gateway (Control.API).
+func (c *Cluster) API() (http.Handler, error) { return c.control.API() }
 
 // Collect runs one round of the chunk collector at once (Control.Collect).
 func (c *Cluster) Collect(ctx context.Context, now time.Time) (int, error) {

@@ -2,8 +2,11 @@ package meta
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"path"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -11,6 +14,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+
+	"github.com/sluicefs/sluice/proto/mgmtdpb"
 )
 
 // Metrics are the meta service's Prometheus metrics: calls by method and
@@ -46,6 +51,7 @@ func NewMetrics(r *Replica) *Metrics {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_meta_raft_term", Help: "Current Raft term."},
 			func() float64 { return float64(r.raft.CurrentTerm()) }),
 		stateCollector{state, r},
+		clusterCollector{r},
 	)
 	r.applyObserver = m.apply
 	return m
@@ -69,6 +75,67 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 		s.g.WithLabelValues(st.String()).Set(v)
 	}
 	s.g.Collect(ch)
+}
+
+// Register adds collectors of the process (such as the failure detector's)
+// to the registry the replica's metrics are served from.
+func (m *Metrics) Register(cs ...prometheus.Collector) error {
+	for _, c := range cs {
+		if err := m.reg.Register(c); err != nil {
+			return fmt.Errorf("meta metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// Gatherer is the registry, for a process's /metrics.
+func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }
+
+// clusterCollector reports the cluster map as this replica has applied it
+// (a follower's may lag the leader's by the log it has not applied):
+// its version, and each target's and chain member's state as a series
+// of value 1 labelled with the state. Count targets by state with
+// sum by (state) (sluice_mgmtd_target_state).
+type clusterCollector struct{ r *Replica }
+
+var (
+	mapVersionDesc   = prometheus.NewDesc("sluice_mgmtd_map_version", "Version of the cluster map this replica has applied.", nil, nil)
+	targetStateDesc  = prometheus.NewDesc("sluice_mgmtd_target_state", "1 for a target's state: serving, syncing or offline.", []string{"target", "node", "state"}, nil)
+	targetFullDesc   = prometheus.NewDesc("sluice_mgmtd_target_full", "1 while a target's disk has no room for another chunk.", []string{"target"}, nil)
+	chainVersionDesc = prometheus.NewDesc("sluice_mgmtd_chain_version", "A chain's version: it changes with every change of members, order or states.", []string{"chain"}, nil)
+	chainMemberDesc  = prometheus.NewDesc("sluice_mgmtd_chain_target_state", "1 for a chain member's state in the chain.", []string{"chain", "target", "state"}, nil)
+)
+
+func (c clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{mapVersionDesc, targetStateDesc, targetFullDesc, chainVersionDesc, chainMemberDesc} {
+		ch <- d
+	}
+}
+
+func (c clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	m, err := c.r.ClusterMap()
+	if err != nil {
+		return
+	}
+	id := func(n uint32) string { return strconv.FormatUint(uint64(n), 10) }
+	state := func(s mgmtdpb.TargetState) string { return strings.ToLower(s.String()) }
+	ch <- prometheus.MustNewConstMetric(mapVersionDesc, prometheus.GaugeValue, float64(m.Version))
+	for _, t := range m.Targets {
+		ch <- prometheus.MustNewConstMetric(targetStateDesc, prometheus.GaugeValue, 1, id(t.Id), t.Node, state(t.State))
+		full := 0.0
+		if t.Full {
+			full = 1
+		}
+		ch <- prometheus.MustNewConstMetric(targetFullDesc, prometheus.GaugeValue, full, id(t.Id))
+	}
+	for _, chain := range m.Chains {
+		ch <- prometheus.MustNewConstMetric(chainVersionDesc, prometheus.GaugeValue, float64(chain.Version), id(chain.Id))
+		for i, t := range chain.Targets {
+			if i < len(chain.States) {
+				ch <- prometheus.MustNewConstMetric(chainMemberDesc, prometheus.GaugeValue, 1, id(chain.Id), id(t), state(chain.States[i]))
+			}
+		}
+	}
 }
 
 // Interceptor counts and times every call.

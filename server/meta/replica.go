@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -14,7 +14,6 @@ import (
 	"github.com/sluicefs/sluice/fsmeta"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"google.golang.org/protobuf/proto"
 
@@ -37,6 +36,9 @@ type ReplicaConfig struct {
 	RootLayout *metapb.Layout
 	// Fast shortens Raft's timeouts, for tests on one machine.
 	Fast bool
+	// Logger receives Raft's warnings and errors and Pebble's errors
+	// (default slog.Default()); their informational chatter is dropped.
+	Logger *slog.Logger
 }
 
 // Replica is one member of the metadata Raft group: the Raft node, its
@@ -61,22 +63,26 @@ func StartReplica(cfg ReplicaConfig) (*Replica, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
 		return nil, err
 	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
 	r := &Replica{cfg: cfg}
 	var err error
+	rlog := raftLogger(cfg.Logger.With("replica", cfg.ID))
 	fail := func(err error) (*Replica, error) {
 		r.Close()
 		return nil, err
 	}
-	if r.store, err = raftstore.Open(filepath.Join(cfg.Dir, "raft")); err != nil {
+	if r.store, err = raftstore.Open(filepath.Join(cfg.Dir, "raft"), cfg.Logger); err != nil {
 		return fail(err)
 	}
-	if r.fsmDB, err = pebbledb.Open(filepath.Join(cfg.Dir, "state")); err != nil {
+	if r.fsmDB, err = pebbledb.Open(filepath.Join(cfg.Dir, "state"), cfg.Logger); err != nil {
 		return fail(fmt.Errorf("open namespace state: %w", err))
 	}
 	if r.fsm, err = NewFSM(r.fsmDB, cfg.RootLayout); err != nil {
 		return fail(err)
 	}
-	snaps, err := raft.NewFileSnapshotStore(cfg.Dir, 3, io.Discard)
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.Dir, 3, rlog.Named("snapshots"))
 	if err != nil {
 		return fail(err)
 	}
@@ -84,12 +90,12 @@ func StartReplica(cfg ReplicaConfig) (*Replica, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if r.trans, err = raft.NewTCPTransport(cfg.Bind, nil, 3, 5*time.Second, io.Discard); err != nil {
+	if r.trans, err = raft.NewTCPTransportWithLogger(cfg.Bind, nil, 3, 5*time.Second, rlog.Named("transport")); err != nil {
 		return fail(fmt.Errorf("raft transport on %s: %w", addr, err))
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
-	rc.Logger = hclog.NewNullLogger()
+	rc.Logger = rlog
 	if cfg.Fast {
 		rc.HeartbeatTimeout, rc.ElectionTimeout = 150*time.Millisecond, 150*time.Millisecond
 		rc.LeaderLeaseTimeout, rc.CommitTimeout = 100*time.Millisecond, 5*time.Millisecond
@@ -115,6 +121,12 @@ func (r *Replica) Bootstrap(members map[string]string) error {
 
 // IsLeader reports whether this replica leads the group now.
 func (r *Replica) IsLeader() bool { return r.raft.State() == raft.Leader }
+
+// Leader is the leader's ID as this replica knows it; "" when it knows none.
+func (r *Replica) Leader() string {
+	_, id := r.raft.LeaderWithID()
+	return string(id)
+}
 
 func (r *Replica) notLeader() error {
 	addr, id := r.raft.LeaderWithID()

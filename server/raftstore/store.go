@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -26,9 +27,10 @@ var (
 	_ raft.StableStore = (*Store)(nil)
 )
 
-// Open opens (or creates) the store in dir.
-func Open(dir string) (*Store, error) {
-	db, err := pebbledb.Open(dir)
+// Open opens (or creates) the store in dir; Pebble's errors go to log (nil:
+// slog.Default()).
+func Open(dir string, log *slog.Logger) (*Store, error) {
+	db, err := pebbledb.Open(dir, log)
 	if err != nil {
 		return nil, fmt.Errorf("open raft store %s: %w", dir, err)
 	}

@@ -16,7 +16,7 @@ import (
 
 func openT(t *testing.T, dir string) *Store {
 	t.Helper()
-	s, err := Open(dir)
+	s, err := Open(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicefs/sluice/routing"
 
 	"github.com/anishathalye/porcupine"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
@@ -226,6 +227,10 @@ func TestChainRefusesStaleAndMisrouted(t *testing.T) {
 	}
 	if m, _ := c.engines[0].Meta(chunkio.ID{Inode: 1}); m.Committed != nil || m.Pending != nil {
 		t.Fatal("a refused update left a version")
+	}
+	head := c.nodes[0].m.target(1)
+	if crc, w := testutil.ToFloat64(head.crcFailures), testutil.ToFloat64(head.writes); crc != 1 || w != 0 {
+		t.Errorf("the head counts %v CRC failures and %v writes, want 1 and 0", crc, w)
 	}
 }
 
@@ -491,6 +496,15 @@ func TestResync(t *testing.T) {
 	}
 	if _, _, err := c.engines[1].Read(chunk(chunks-1), 0, make([]byte, 1)); !errors.Is(err, chunkio.ErrNotFound) {
 		t.Fatalf("chunk removed meanwhile still on the synced target: %v", err)
+	}
+	// Target 3, its predecessor, counted what it sent, and its resync ends.
+	if b := testutil.ToFloat64(c.nodes[2].m.resyncBytes); b < 20<<10 {
+		t.Errorf("target 3 counts %v bytes resynced", b)
+	}
+	for deadline := time.Now().Add(5 * time.Second); testutil.ToFloat64(c.nodes[2].m.resyncs) != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a resync still counted in progress after the target serves")
+		}
 	}
 	// And it serves reads again.
 	for i := 0; i < 3; i++ {

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/server/chunkstore"
 
@@ -48,6 +50,10 @@ type NodeConfig struct {
 	Ready func() error
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
+	// Metrics, when set, is where the node registers its metrics
+	// (sluice_storage_*: reads, writes and bytes per target, latencies,
+	// CRC failures, resyncs, chunks and disk space).
+	Metrics prometheus.Registerer
 }
 
 // Node is a storage node: it serves its targets' chunks over fabric and
@@ -69,6 +75,8 @@ type Node struct {
 	wg      sync.WaitGroup
 	syncMu  sync.Mutex
 	syncing map[syncKey]bool
+
+	m *metrics
 }
 
 // NewNode starts serving cfg.Targets on cfg.Endpoint.
@@ -92,7 +100,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	n := &Node{cfg: cfg, ep: cfg.Endpoint, routing: cfg.Routing, log: cfg.Logger.With("node", string(cfg.Endpoint.ID())),
-		free: make(chan int, cfg.Buffers), seen: newDedupe(1 << 16)}
+		free: make(chan int, cfg.Buffers), seen: newDedupe(1 << 16), m: newMetrics(cfg.Metrics, cfg.Targets)}
 	n.bufs = make([]byte, cfg.Buffers*cfg.BufferSize)
 	mr, err := n.ep.RegisterMemory(n.bufs, fabric.AccessRemoteRead)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/server/chunkstore"
@@ -28,6 +29,8 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	if err := n.ready(); err != nil {
 		return nil, err
 	}
+	t0 := time.Now()
+	defer func() { n.m.readSeconds.Observe(since(t0)) }()
 	// Bytes are pushed from views of the chunk files where they can be
 	// (Engine.View), else copied into a pooled buffer, taken only then.
 	var buf []byte
@@ -58,10 +61,15 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 		res := &results[i]
 		reply.Results[i] = res
 		data, done, ver, crc, err := n.readEntry(ctx, e, req.FailIfDirty, copyBuf)
+		tm := n.m.target(e.Target)
 		if err != nil {
+			if tm != nil && errors.Is(err, chunkio.ErrChecksum) {
+				tm.crcFailures.Inc()
+			}
 			res.Code, res.Error = uint32(fabric.CodeOf(err)), err.Error()
 			continue
 		}
+
 		res.Length, res.Version, res.Crc = uint32(len(data)), ver, crc
 		if done != nil {
 			views, dones = append(views, i), append(dones, done)
@@ -83,6 +91,12 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	}
 	if err != nil {
 		return nil, fmt.Errorf("push read data: %w", err)
+	}
+	for i, res := range reply.Results {
+		if tm := n.m.target(req.Entries[i].Target); tm != nil && res.Code == 0 {
+			tm.reads.Inc()
+			tm.readBytes.Add(float64(res.Length))
+		}
 	}
 	return reply, nil
 }

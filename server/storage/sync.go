@@ -87,6 +87,8 @@ func (n *Node) startSync(chain routing.ChainID, self, succ routing.TargetID) {
 			delete(n.syncing, k)
 			n.syncMu.Unlock()
 		}()
+		n.m.resyncs.Inc()
+		defer n.m.resyncs.Dec()
 		for n.ctx.Err() == nil {
 			chainVer, err := n.syncTarget(n.ctx, chain, self, succ)
 			if err == nil && n.cfg.OnSynced != nil {
@@ -225,6 +227,7 @@ func (n *Node) syncChunk(ctx context.Context, chainID routing.ChainID, self, suc
 	if err := n.ep.Call(ctx, node, MethodSyncWrite, req, &resp); err != nil {
 		return fmt.Errorf("sync chunk %v to target %d: %w", id, succ, err)
 	}
+	n.m.resyncBytes.Add(float64(req.Length))
 	return nil
 }
 

@@ -47,7 +47,14 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 
 // apply pulls the update's bytes, stores them as a pending version,
 // forwards them down the chain and commits once the rest of the chain has.
-func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (*storagepb.UpdateReply, error) {
+func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (reply *storagepb.UpdateReply, err error) {
+	t0 := time.Now()
+	pending := n.m.pendingOf(req.Chain)
+	pending.Inc()
+	defer func() {
+		pending.Dec()
+		n.m.updated(req, err, t0)
+	}()
 	slot, data, err := n.pull(ctx, req.Src, req.Length)
 	if err != nil {
 		return nil, fmt.Errorf("update of chunk %v: %w", req.Chunk, err)
