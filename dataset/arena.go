@@ -37,9 +37,20 @@ type arena struct {
 	// (sluice_loader_memory_wait_seconds_total).
 	waited prometheus.Counter
 
+	// budget is what allocations may hold in all (the region may be
+	// larger: n). Past it an allocation waits, unless the loader's caller
+	// is waiting for the very step being allocated (hungry == preparing):
+	// then every piece is held by batches the caller keeps, waiting would
+	// never end, and the arena grows to n, warning once, and fails past n.
+	budget    int
+	preparing int64 // the step whose buffers are being allocated
+	hungry    int64 // the step the caller waits for; -1 when it does not
+	grew      bool
+
 	mu      sync.Mutex
 	free    []span      // sorted by offset, coalesced
 	used    map[int]int // offset -> size of pieces handed out
+	inUse   int         // bytes handed out
 	lost    int         // pieces quarantined (see quarantine)
 	changed chan struct{}
 	closed  bool
@@ -60,15 +71,37 @@ func newClientArena(c *sdk.Client, size int, shared bool) (*arena, error) {
 	if err != nil {
 		return nil, fmt.Errorf("batch memory of %d bytes: %w", size, err)
 	}
-	return newArena(r, size, c), nil
+	return newArena(r, size, size, c), nil
 }
 
-// newArena carves the first size bytes of r; c's metrics count its waits.
-func newArena(r region, size int, c *sdk.Client) *arena {
+// newArena carves the first size bytes of r, budget bytes at a time
+// unless the caller starves (see arena.budget); c's metrics count its
+// waits.
+func newArena(r region, size, budget int, c *sdk.Client) *arena {
 	b := r.bytes()[:size]
-	return &arena{mem: r, b: b, base: uintptr(unsafe.Pointer(&b[0])), n: size, free: []span{{0, size}},
-		used: map[int]int{}, changed: make(chan struct{}), stall: 10 * time.Second, log: slog.Default(),
-		waited: c.Metrics().Loader.MemoryWait}
+	return &arena{mem: r, b: b, base: uintptr(unsafe.Pointer(&b[0])), n: size, budget: min(budget, size), hungry: -1,
+		free: []span{{0, size}}, used: map[int]int{}, changed: make(chan struct{}), stall: 10 * time.Second,
+		log: slog.Default(), waited: c.Metrics().Loader.MemoryWait}
+}
+
+// setHungry says whether the loader's caller waits for the step being
+// allocated now (see arena.budget), and wakes the allocation to look again.
+func (a *arena) setHungry(h bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.hungry = -1
+	if h {
+		a.hungry = a.preparing
+	}
+	close(a.changed)
+	a.changed = make(chan struct{})
+}
+
+// beginStep says which step's buffers the allocations that follow are for.
+func (a *arena) beginStep(step int64) {
+	a.mu.Lock()
+	a.preparing = step
+	a.mu.Unlock()
 }
 
 func (a *arena) size() int { return a.n }
@@ -103,16 +136,34 @@ func (a *arena) alloc(ctx context.Context, n int) (int, error) {
 			a.mu.Unlock()
 			return 0, fmt.Errorf("loader closed")
 		}
-		for i, s := range a.free {
-			if s.n >= n {
-				if s.n == n {
-					a.free = append(a.free[:i], a.free[i+1:]...)
-				} else {
-					a.free[i] = span{s.off + n, s.n - n}
+		over := a.inUse+n > a.budget
+		hungry := a.hungry >= 0 && a.hungry == a.preparing
+		if !over || hungry {
+			for i, s := range a.free {
+				if s.n >= n {
+					if s.n == n {
+						a.free = append(a.free[:i], a.free[i+1:]...)
+					} else {
+						a.free[i] = span{s.off + n, s.n - n}
+					}
+					a.used[s.off] = n
+					a.inUse += n
+					grew := over && !a.grew
+					a.grew = a.grew || over
+					held, inUse := len(a.used), a.inUse
+					a.mu.Unlock()
+					if grew {
+						a.log.Warn("dataset loader: batches kept by the caller fill the memory budget; growing past it to its hard limit. Release batches when done with them (Batch.Release; in Python, drop the batch and the arrays and tensors made from it)",
+							"budget_bytes", a.budget, "hard_limit_bytes", a.n, "in_use_bytes", inUse, "pieces_held", held)
+					}
+					return s.off, nil
 				}
-				a.used[s.off] = n
+			}
+			if hungry {
+				held, inUse := len(a.used), a.inUse
 				a.mu.Unlock()
-				return s.off, nil
+				return 0, fmt.Errorf("batches kept by the caller (%d pieces, %d bytes) fill the loader's memory up to its hard limit of %d bytes (twice the prefetch budget): release batches when done with them (Batch.Release; in Python, drop the batch and the arrays and tensors made from it), or raise the prefetch budget",
+					held, inUse, a.n)
 			}
 		}
 		wait := a.changed
@@ -152,6 +203,7 @@ func (a *arena) release(off int) {
 		panic(fmt.Sprintf("dataset: arena piece at %d released twice", off))
 	}
 	delete(a.used, off)
+	a.inUse -= n
 	i := sort.Search(len(a.free), func(i int) bool { return a.free[i].off > off })
 	a.free = append(a.free, span{})
 	copy(a.free[i+1:], a.free[i:])

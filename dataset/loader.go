@@ -151,17 +151,18 @@ func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
 	// The budget holds at least three of the largest possible batches, so a
 	// caller that keeps the previous batch while asking for the next never
 	// waits forever.
+	// The region is twice the budget: room for a caller that keeps
+	// batches to grow into (arena.budget), touched only then.
 	budget := arenaSize(int(max(cfg.Prefetch, 3*d.maxBatchBytes(cols, cfg))))
-	var a *arena
+	var r region
 	if cfg.Agent != "" {
-		r, err := newAgentRegion(cfg.Agent, budget, d)
-		if err != nil {
+		if r, err = newAgentRegion(cfg.Agent, 2*budget, d); err != nil {
 			return nil, fmt.Errorf("loader: %w", err)
 		}
-		a = newArena(r, budget, d.c)
-	} else if a, err = newClientArena(d.c, budget, cfg.SharedMemory); err != nil {
-		return nil, err
+	} else if r, err = newClientRegion(d.c, 2*budget, cfg.SharedMemory); err != nil {
+		return nil, fmt.Errorf("loader: batch memory of %d bytes: %w", 2*budget, err)
 	}
+	a := newArena(r, 2*budget, budget, d.c)
 	opened = true
 	l := &Loader{d: d, cfg: cfg, cols: cols, schema: schema, a: a}
 	l.state = State{Version: 1, Dataset: d.m.Hash, Seed: cfg.Seed, Shuffle: cfg.Shuffle, Epoch: cfg.Epoch,
@@ -255,8 +256,22 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 		}
 		m.ReadAhead.Dec()
 		slot = s
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	default:
+		// Nothing read ahead: the next step may be waiting for memory that
+		// only batches this caller keeps hold (see arena.budget).
+		l.a.setHungry(true)
+		select {
+		case s, ok := <-r.out:
+			l.a.setHungry(false)
+			if !ok {
+				return nil, io.EOF
+			}
+			m.ReadAhead.Dec()
+			slot = s
+		case <-ctx.Done():
+			l.a.setHungry(false)
+			return nil, ctx.Err()
+		}
 	}
 	select {
 	case res := <-slot:
@@ -334,6 +349,7 @@ func (l *Loader) start(s State) *run {
 			}
 			after := s
 			after.Consumed = p.consumed(step + 1)
+			l.a.beginStep(step)
 			j, err := l.d.prepare(ctx, l.a, l.schema, samples, l.cols, l.cfg.IndexColumn != "")
 			if err != nil {
 				r.fail(ctx, err)

@@ -19,7 +19,9 @@ type Segment struct {
 // NewSegment makes a segment of at least size bytes. With wantHuge it tries
 // a hugetlb memfd first — which fails only at mmap when no huge pages are
 // reserved, so it probes by mapping with MAP_POPULATE — and falls back to
-// normal pages. The size is sealed: neither side can shrink or grow it.
+// normal pages, which are only backed once touched (a large segment costs
+// what is used of it). The size is sealed: neither side can shrink or grow
+// it.
 func NewSegment(name string, size int, wantHuge bool) (*Segment, error) {
 	if size <= 0 {
 		return nil, fmt.Errorf("shmring: segment of %d bytes", size)
@@ -44,7 +46,11 @@ func newSegment(name string, size, flags int) (*Segment, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("shmring: size segment: %w", err)
 	}
-	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
+	populate := 0
+	if flags&unix.MFD_HUGETLB != 0 { // the probe: fails here when none are reserved
+		populate = unix.MAP_POPULATE
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|populate)
 	if err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("shmring: map segment: %w", err)

@@ -148,3 +148,19 @@ def test_exit_with_a_loader_still_open(cluster, python):
     out = subprocess.run([python, "-c", script], env=dict(os.environ, PYTHONPATH=os.path.join(REPO, "python")),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout == "read\n", out.stderr
+
+
+def test_keeping_every_batch_raises_instead_of_stalling(cluster):
+    # A common habit: keep a zero-copy view of each batch. Past twice the
+    # budget the loader says what to do rather than waiting forever.
+    ds = sluice.Dataset("points")
+    loader = ds.loader(batch_size=50, shuffle=True, seed=1, prefetch_bytes=1)
+    kept = []
+    with pytest.raises(sluice.SluiceError, match="release batches"):
+        for batch in loader:
+            kept.append(batch.column("id").to_numpy())
+    assert 3 <= len(kept) < N // 50
+    del kept
+    gc.collect()
+    rest = sum(b.num_rows for b in loader)  # continues after the last batch delivered
+    assert rest > 0 and loader.state_dict()["consumed"] == N
