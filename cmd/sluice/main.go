@@ -27,7 +27,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoCmd(), newServerCmd(), newDatasetCmd(), newMountCmd(), newAgentCmd())
+	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoCmd(), newServerCmd(), newDatasetCmd(), newMountCmd(), newAgentCmd(), newFlightCmd())
 	root.AddCommand(newFileCmds()...)
 	return root
 }
