@@ -192,7 +192,7 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) error {
 	if err != nil {
 		return statusOf(err, codes.InvalidArgument)
 	}
-	m, err := dataset.ImportStream(stream.Context(), s.cfg.Client, r, "flight DoPut", c.Dataset, dataset.ImportOptions{})
+	m, err := dataset.ImportStream(stream.Context(), s.cfg.Client, r, "a Flight DoPut stream", c.Dataset, dataset.ImportOptions{})
 	if err != nil {
 		return statusOf(err, codes.InvalidArgument)
 	}

@@ -78,7 +78,7 @@ func ImportStream(ctx context.Context, c *sdk.Client, r array.RecordReader, sour
 			err = nil
 		}
 	}
-	return im.finish(source, "an arrow stream", err)
+	return im.finish(source, "arrow", err)
 }
 
 // readArrowFile calls fn with each record batch of file p: Parquet (see
