@@ -37,6 +37,12 @@ type Config struct {
 	Logger          *slog.Logger // default slog.Default()
 }
 
+// The transport's buffer and flow-control window sizes (see New).
+const (
+	writeBuffer = 1 << 20
+	window      = 16 << 20
+)
+
 // Server is a Flight service over a cluster's datasets.
 type Server struct {
 	flight.BaseFlightServer
@@ -71,7 +77,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	unary, stream := auth.TokenAuth(cfg.Token)
 	opts := []grpc.ServerOption{grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream),
-		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes), grpc.WaitForHandlers(true)}
+		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes), grpc.WaitForHandlers(true),
+		// Batches are megabytes: write them in large pieces (gRPC's 32 KiB
+		// default costs a syscall each) and let a client's window hold a
+		// few batches' worth before it must answer.
+		grpc.WriteBufferSize(writeBuffer), grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window)}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(cfg.TLS))
 	}

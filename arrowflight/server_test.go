@@ -45,7 +45,7 @@ type env struct {
 	token string
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -76,7 +76,7 @@ func newEnv(t *testing.T) *env {
 
 // serve starts a Flight server on a real TCP port and returns a client
 // that sends token ("" for the cluster's).
-func (e *env) serve(t *testing.T, cfg Config, token string) flight.Client {
+func (e *env) serve(t testing.TB, cfg Config, token string) flight.Client {
 	t.Helper()
 	cfg.Client, cfg.Token = e.cl, e.token
 	if token == "" {
@@ -93,7 +93,8 @@ func (e *env) serve(t *testing.T, cfg Config, token string) flight.Client {
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
 	fc, err := flight.NewClientWithMiddleware(ln.Addr().String(), nil, nil,
-		grpc.WithTransportCredentials(insecure.NewCredentials()), auth.Credentials(token))
+		grpc.WithTransportCredentials(insecure.NewCredentials()), auth.Credentials(token),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
 	if err != nil {
 		t.Fatal(err)
 	}
