@@ -51,20 +51,26 @@ func BenchmarkDoGet(b *testing.B) {
 		b.Run(fmt.Sprintf("flight/%dKiB", size>>10), func(b *testing.B) {
 			b.SetBytes(int64(mib) << 20)
 			for range b.N {
-				st, err := fc.DoGet(ctx, c.ticket(0))
-				if err != nil {
+				if err := drainTicket(ctx, fc, c.ticket(0)); err != nil {
 					b.Fatal(err)
 				}
-				r, err := flight.NewRecordReader(st)
-				if err != nil {
-					b.Fatal(err)
+			}
+		})
+		// Four readers, one per rank of four, at once: the aggregate.
+		c4 := c
+		c4.WorldSize = 4
+		b.Run(fmt.Sprintf("flight4/%dKiB", size>>10), func(b *testing.B) {
+			b.SetBytes(int64(mib) << 20)
+			for range b.N {
+				errs := make(chan error, 4)
+				for r := range 4 {
+					go func() { errs <- drainTicket(ctx, fc, c4.ticket(r)) }()
 				}
-				for r.Next() {
+				for range 4 {
+					if err := <-errs; err != nil {
+						b.Fatal(err)
+					}
 				}
-				if err := r.Err(); err != nil && !errors.Is(err, io.EOF) {
-					b.Fatal(err)
-				}
-				r.Release()
 			}
 		})
 		b.Run(fmt.Sprintf("loader/%dKiB", size>>10), func(b *testing.B) {
@@ -86,4 +92,23 @@ func BenchmarkDoGet(b *testing.B) {
 			}
 		})
 	}
+}
+
+// drainTicket reads a DoGet stream to its end.
+func drainTicket(ctx context.Context, fc flight.Client, t *flight.Ticket) error {
+	st, err := fc.DoGet(ctx, t)
+	if err != nil {
+		return err
+	}
+	r, err := flight.NewRecordReader(st)
+	if err != nil {
+		return err
+	}
+	defer r.Release()
+	for r.Next() {
+	}
+	if err := r.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
 }

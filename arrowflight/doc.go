@@ -13,8 +13,10 @@
 // time, each holding at most its loader's memory budget. It is a client
 // of the cluster (sdk, dataset) and must never reach below them: no
 // storage or metadata server code, no second batch format. Batches go out
-// from the loader's own buffers: the Flight writer serializes them
-// straight into its gRPC message, with no intermediate Arrow copy.
+// from the loader's own buffers: the IPC writer reads the arrays the
+// loader made over its registered memory, with no second Arrow buffer
+// built; what copies remain are arrow-go's Flight writer serializing the
+// body into its reused message buffer and gRPC's framing.
 //
 // Every call must carry the cluster token as a bearer header
 // ("authorization: Bearer TOKEN"); the check is auth.TokenAuth's

@@ -25,7 +25,7 @@ type Config struct {
 	// one more is refused with RESOURCE_EXHAUSTED.
 	MaxStreams int
 	// StreamMemory is each DoGet stream's loader budget in bytes (default
-	// 64 MiB, raised by the loader to three of the stream's largest
+	// 32 MiB, raised by the loader to three of the stream's largest
 	// batches). The server holds at most MaxStreams of them, plus one
 	// serialized message per stream.
 	StreamMemory int64
@@ -64,7 +64,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxStreams = 8
 	}
 	if cfg.StreamMemory <= 0 {
-		cfg.StreamMemory = 64 << 20
+		cfg.StreamMemory = 32 << 20
 	}
 	if cfg.Readers <= 0 {
 		cfg.Readers = 4
@@ -81,7 +81,8 @@ func New(cfg Config) (*Server, error) {
 		// Batches are megabytes: write them in large pieces (gRPC's 32 KiB
 		// default costs a syscall each) and let a client's window hold a
 		// few batches' worth before it must answer.
-		grpc.WriteBufferSize(writeBuffer), grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window)}
+		grpc.WriteBufferSize(writeBuffer), grpc.InitialWindowSize(window), grpc.InitialConnWindowSize(window),
+		grpc.ForceServerCodecV2(newCodec())}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(cfg.TLS))
 	}

@@ -235,8 +235,11 @@ func loaderOrder(t *testing.T, d *dataset.Dataset, cfg dataset.LoaderConfig) []i
 
 // TestResumeMidStream: a reader that stops after some batches and
 // reconnects with the last batch's state reads exactly the rest.
+//
+// Its streams' budget is the loader's least, three batches: a batch that
+// stayed held once sent (the frames' release, send.go) would stall them.
 func TestResumeMidStream(t *testing.T) {
-	fc := newEnv(t).serve(t, Config{}, "")
+	fc := newEnv(t).serve(t, Config{StreamMemory: 1}, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := Command{Dataset: "points", BatchSize: 50, Shuffle: true, Seed: 9, Rank: 1, WorldSize: 2}

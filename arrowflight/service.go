@@ -9,7 +9,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc/codes"
 
@@ -148,19 +147,19 @@ func (s *Server) DoGet(t *flight.Ticket, stream flight.FlightService_DoGetServer
 			return statusOf(badRequest(err), codes.InvalidArgument)
 		}
 	}
-	w := flight.NewRecordWriter(stream, ipc.WithSchema(schema))
+	w := newRecordSender(stream, schema)
 	err = l.Each(ctx, func(b *dataset.Batch) error {
 		meta, err := json.Marshal(b.State())
 		if err != nil {
 			return err
 		}
-		return w.WriteWithAppMetadata(b.RecordBatch, meta)
+		return w.write(b.RecordBatch, meta)
 	})
 	if err != nil {
-		w.Close()
+		w.close()
 		return statusOf(fmt.Errorf("dataset %s rank %d of %d: %w", c.Dataset, c.Rank, c.WorldSize, err), codes.Unavailable)
 	}
-	if err := w.Close(); err != nil {
+	if err := w.close(); err != nil {
 		return statusOf(fmt.Errorf("dataset %s: end of stream: %w", c.Dataset, err), codes.Unavailable)
 	}
 	return nil

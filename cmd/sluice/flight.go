@@ -28,7 +28,7 @@ func (f *flightFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.certFile, "flight-tls-cert", "", "TLS certificate (PEM) of the Flight server; plaintext without")
 	cmd.Flags().StringVar(&f.keyFile, "flight-tls-key", "", "TLS key (PEM) of the Flight server")
 	cmd.Flags().IntVar(&f.maxStreams, "flight-max-streams", 8, "Flight streams served at once (more are refused with RESOURCE_EXHAUSTED)")
-	cmd.Flags().Int64Var(&f.streamMiB, "flight-stream-mib", 64, "memory budget of each Flight stream's loader, MiB")
+	cmd.Flags().Int64Var(&f.streamMiB, "flight-stream-mib", 32, "memory budget of each Flight stream's loader, MiB")
 }
 
 // serveFlight starts a Flight server over c on addr. It prints the
