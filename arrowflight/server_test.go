@@ -18,11 +18,14 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/dataset"
+	"github.com/sluicefs/sluice/rpc"
+	"github.com/sluicefs/sluice/rpc/rpctest"
 	"github.com/sluicefs/sluice/sdk"
 	"github.com/sluicefs/sluice/server/cluster"
 )
@@ -75,8 +78,9 @@ func newEnv(t testing.TB) *env {
 }
 
 // serve starts a Flight server on a real TCP port and returns a client
-// that sends token ("" for the cluster's).
-func (e *env) serve(t testing.TB, cfg Config, token string) flight.Client {
+// that sends token ("" for the cluster's), over a plaintext connection or
+// with the transport credentials given.
+func (e *env) serve(t testing.TB, cfg Config, token string, transport ...credentials.TransportCredentials) flight.Client {
 	t.Helper()
 	cfg.Client, cfg.Token = e.cl, e.token
 	if token == "" {
@@ -92,8 +96,12 @@ func (e *env) serve(t testing.TB, cfg Config, token string) flight.Client {
 	}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(ln) }()
+	creds := insecure.NewCredentials()
+	if len(transport) > 0 {
+		creds = transport[0]
+	}
 	fc, err := flight.NewClientWithMiddleware(ln.Addr().String(), nil, nil,
-		grpc.WithTransportCredentials(insecure.NewCredentials()), auth.Credentials(token),
+		grpc.WithTransportCredentials(creds), auth.Credentials(token),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
 	if err != nil {
 		t.Fatal(err)
@@ -364,5 +372,29 @@ func TestRefusals(t *testing.T) {
 	}
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a stream past the limit: %v, want RESOURCE_EXHAUSTED", err)
+	}
+}
+
+// TestTLS: with Config.TLS the server answers a client that trusts its
+// certificate, and not one that speaks plaintext.
+func TestTLS(t *testing.T) {
+	certFile, keyFile := rpctest.SelfSigned(t)
+	server, err := rpc.ServerTLS(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rpc.ClientTLS(certFile, "sluice.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	desc := Command{Dataset: "points"}.descriptor()
+	if fi, err := e.serve(t, Config{TLS: server}, "", client).GetFlightInfo(ctx, desc); err != nil || fi.TotalRecords != points {
+		t.Fatalf("over TLS: %v, %v", fi, err)
+	}
+	if _, err := e.serve(t, Config{TLS: server}, "").GetFlightInfo(ctx, desc); status.Code(err) != codes.Unavailable {
+		t.Fatalf("plaintext to a TLS server: %v, want UNAVAILABLE", err)
 	}
 }
