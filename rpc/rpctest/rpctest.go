@@ -44,4 +44,3 @@ func SelfSigned(t testing.TB) (certFile, keyFile string) {
 	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kd}), 0o600)
 	return certFile, keyFile
 }
-
