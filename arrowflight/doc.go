@@ -14,9 +14,9 @@
 // of the cluster (sdk, dataset) and must never reach below them: no
 // storage or metadata server code, no second batch format. Batches go out
 // from the loader's own buffers: the IPC writer reads the arrays the
-// loader made over its registered memory, with no second Arrow buffer
-// built; what copies remain are arrow-go's Flight writer serializing the
-// body into its reused message buffer and gRPC's framing.
+// loader made over its registered memory, and gRPC is handed those
+// buffers as they are (send.go), copying them only into its HTTP/2
+// frames; the batch is held until gRPC lets go of them.
 //
 // Every call must carry the cluster token as a bearer header
 // ("authorization: Bearer TOKEN"); the check is auth.TokenAuth's
