@@ -373,6 +373,35 @@ func TestRefusals(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a stream past the limit: %v, want RESOURCE_EXHAUSTED", err)
 	}
+	// The client that held it goes away mid-stream: its handler ends,
+	// closes its loader and gives the slot back.
+	cancelHold()
+	for {
+		st, err := good.DoGet(ctx, Command{Dataset: "points", BatchSize: 100, WorldSize: 1}.ticket(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := flight.NewRecordReader(st)
+		if status.Code(err) == codes.ResourceExhausted {
+			if ctx.Err() != nil {
+				t.Fatal("the slot of a cancelled stream was never given back")
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows := int64(0)
+		for r.Next() {
+			rows += r.RecordBatch().NumRows()
+		}
+		r.Release()
+		if rows != points {
+			t.Fatalf("after the slot came back: %d rows, want %d", rows, points)
+		}
+		return
+	}
 }
 
 // TestTLS: with Config.TLS the server answers a client that trusts its
