@@ -178,3 +178,21 @@ def test_cat_ipc_stream_round_trip(numbers, python):
     pqout = subprocess.run([SLUICE, "dataset", "cat", "numbers", "--format", "parquet"], check=True,
                            capture_output=True).stdout
     assert same(pq.read_table(pa.BufferReader(pqout)), src)
+
+
+def test_sluice_flight_command(cluster):
+    """`sluice flight` as its own process, a client of the cluster like any other."""
+    proc = subprocess.Popen([SLUICE, "flight", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("export SLUICE_FLIGHT=grpc://"), line
+        client = fl.connect(line.strip().split("=", 1)[1])
+        names = [json.loads(f.descriptor.command)["dataset"] for f in client.list_flights(options=call_options())]
+        assert "points" in names
+        ids, _ = read_ids(client, fl.Ticket(json.dumps({"dataset": "points", "batch_size": 1000})))
+        assert ids == list(range(N))
+        client.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0
