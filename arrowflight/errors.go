@@ -7,6 +7,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/sdk"
 )
 
@@ -41,6 +42,8 @@ func statusOf(err error, otherwise codes.Code) error {
 		code = codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
+	case errors.As(err, new(*fabric.Error)):
+		code = codes.Unavailable // the cluster's, not the request's
 	}
 	return status.Error(code, err.Error())
 }
