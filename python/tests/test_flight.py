@@ -196,3 +196,17 @@ def test_sluice_flight_command(cluster):
     finally:
         proc.terminate()
         assert proc.wait(timeout=30) == 0
+
+
+def test_sluice_flight_helper(cluster):
+    """sluice.flight: a client that sends the token itself, and the resume ticket."""
+    import sluice.flight
+    client = sluice.flight.connect()
+    info = client.get_flight_info(sluice.flight.descriptor("points", batch_size=300, world_size=2))
+    first = client.do_get(info.endpoints[0].ticket)
+    chunk = first.read_chunk()
+    rest = client.do_get(sluice.flight.ticket(info.endpoints[0].ticket, chunk.app_metadata.to_pybytes())).read_all()
+    assert chunk.data.column("id").to_pylist() + rest.column("id").to_pylist() == \
+        [i for b in go_order("points", batch_size=300, shuffle=False, world_size=2) for i in b]
+    with pytest.raises(fl.FlightUnauthenticatedError):
+        list(sluice.flight.connect(token="wrong").list_flights())
