@@ -37,14 +37,15 @@ func (s *Server) open(ctx context.Context, c Command) (*dataset.Dataset, *arrow.
 	return d, schema, nil
 }
 
-// info describes a command's flight: its schema, and one endpoint per rank
-// whose ticket is the command for that rank.
-func (s *Server) info(d *dataset.Dataset, schema *arrow.Schema, c Command) *flight.FlightInfo {
+// info describes a command's flight over the dataset m describes: its
+// schema, and one endpoint per rank whose ticket is the command for that
+// rank.
+func info(m *dataset.Manifest, schema *arrow.Schema, c Command) *flight.FlightInfo {
 	fi := &flight.FlightInfo{
 		Schema:           flight.SerializeSchema(schema, memory.DefaultAllocator),
 		FlightDescriptor: c.descriptor(),
-		TotalRecords:     d.Len(),
-		TotalBytes:       d.Manifest().Bytes(),
+		TotalRecords:     m.Samples,
+		TotalBytes:       m.Bytes(),
 		Ordered:          true,
 	}
 	if c.State != nil {
@@ -77,14 +78,18 @@ func (s *Server) ListFlights(crit *flight.Criteria, stream flight.FlightService_
 		if strings.HasPrefix(name, ".") || !strings.HasPrefix(name, prefix) {
 			continue // an import in progress or abandoned, or not asked for
 		}
-		c := Command{Dataset: name, BatchSize: DefaultBatchSize, WorldSize: 1}
-		d, schema, err := s.open(ctx, c)
+		// The manifest says all a listing does; the index and shards
+		// wait for a stream.
+		m, err := dataset.ReadManifest(ctx, s.cfg.Client, name)
+		var schema *arrow.Schema
+		if err == nil {
+			schema, err = m.Schema()
+		}
 		if err != nil {
 			s.log.Warn("arrowflight: list: dataset not readable", "dataset", name, "err", err)
 			continue
 		}
-		fi := s.info(d, schema, c)
-		d.Close()
+		fi := info(m, schema, Command{Dataset: name, BatchSize: DefaultBatchSize, WorldSize: 1})
 		if err := stream.Send(fi); err != nil {
 			return err
 		}
@@ -104,7 +109,7 @@ func (s *Server) GetFlightInfo(ctx context.Context, desc *flight.FlightDescripto
 		return nil, statusOf(err, codes.Unavailable)
 	}
 	defer d.Close()
-	return s.info(d, schema, c), nil
+	return info(d.Manifest(), schema, c), nil
 }
 
 // GetSchema answers a descriptor with the schema of its batches.
