@@ -86,7 +86,8 @@ def ceiling_main(names):
     tables = {}
     for name in names.split(","):
         batch = int(name.split("-")[1])
-        tables[name] = sluice.Dataset(name).to_reader(batch_size=batch).read_all()
+        # Held whole: the loader's budget must hold every batch.
+        tables[name] = sluice.Dataset(name).to_reader(batch_size=batch, prefetch_bytes=(TOTAL_MIB + 64) << 20).read_all()
     server = Memory("grpc://127.0.0.1:0", tables)
     print(server.port, flush=True)
     server.serve()
