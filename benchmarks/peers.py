@@ -35,7 +35,6 @@ import glob
 import json
 import os
 import platform
-import re
 import shutil
 import statistics
 import subprocess
@@ -50,6 +49,9 @@ import pyarrow.parquet as pq
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, "python"))
 import sluice  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import devcluster  # noqa: E402
 
 SLUICE = os.path.join(REPO, "bin", "sluice")
 ROUNDS = int(os.environ.get("ROUNDS", 3))
@@ -308,23 +310,6 @@ def samples(n, size):
     return pa.table({"id": pa.array(np.arange(n, dtype=np.int64)), "data": col}), want
 
 
-def start_dev(d):
-    dev = subprocess.Popen([SLUICE, "dev", "--dir", os.path.join(d, "dev"), "--listen", "127.0.0.1:0"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    global AGENT
-    env = {}
-    while len(env) < 3:  # cluster, token, agent
-        line = dev.stdout.readline()
-        if not line:
-            raise RuntimeError("sluice dev exited")
-        m = re.match(r"export (SLUICE_\w+)=(\S+)", line)
-        if m:
-            env[m.group(1)] = m.group(2)
-    AGENT = env.pop("SLUICE_AGENT")
-    os.environ.update(env)
-    return dev
-
-
 def chart(results, path):
     try:
         import matplotlib
@@ -356,7 +341,9 @@ def main():
     systems = [s for s in os.environ.get("SYSTEMS", ",".join(SYSTEMS)).split(",") if s]
     out_dir = os.environ.get("OUT", os.path.join(REPO, "benchmarks", "results"))
     tmp = tempfile.mkdtemp(prefix="sluice-peers-")
-    dev = start_dev(tmp)
+    global AGENT
+    dev, env = devcluster.start(os.path.join(tmp, "dev"))
+    AGENT = env["SLUICE_AGENT"]
     results = {}
     try:
         for size_name in sizes:

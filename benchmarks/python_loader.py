@@ -15,7 +15,6 @@ sluice/torch (samples/s).
 """
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -29,6 +28,8 @@ import pyarrow.parquet as pq
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
 sys.path.insert(0, os.path.join(REPO, "python"))
 import sluice  # noqa: E402
+
+import devcluster  # noqa: E402
 
 SLUICE = os.path.join(REPO, "bin", "sluice")
 N = int(os.environ.get("N", 20000))
@@ -55,14 +56,7 @@ class Files:
 
 def main():
     tmp = tempfile.mkdtemp(prefix="sluice-pybench-")
-    dev = subprocess.Popen([SLUICE, "dev", "--dir", os.path.join(tmp, "dev"), "--listen", "127.0.0.1:0"],
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    env = {}
-    while len(env) < 2:
-        m = re.match(r"export (SLUICE_\w+)=(\S+)", dev.stdout.readline())
-        if m:
-            env[m.group(1)] = m.group(2)
-    os.environ.update(env)
+    dev, _ = devcluster.start(os.path.join(tmp, "dev"))
     try:
         rng = np.random.default_rng(0)
         samples = [rng.integers(0, 256, SIZE, dtype=np.uint8).tobytes() for _ in range(N)]

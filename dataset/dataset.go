@@ -28,8 +28,9 @@ type Dataset struct {
 	closed  bool
 }
 
-// Open opens dataset name.
-func Open(ctx context.Context, c *sdk.Client, name string) (*Dataset, error) {
+// ReadManifest reads dataset name's manifest alone: what it is, without
+// the index and shards Open reads and opens.
+func ReadManifest(ctx context.Context, c *sdk.Client, name string) (*Manifest, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -37,7 +38,12 @@ func Open(ctx context.Context, c *sdk.Client, name string) (*Dataset, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open dataset %s: %w", name, err)
 	}
-	m, err := decodeManifest(name, mb)
+	return decodeManifest(name, mb)
+}
+
+// Open opens dataset name.
+func Open(ctx context.Context, c *sdk.Client, name string) (*Dataset, error) {
+	m, err := ReadManifest(ctx, c, name)
 	if err != nil {
 		return nil, err
 	}

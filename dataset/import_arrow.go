@@ -11,6 +11,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/sluicefs/sluice/sdk"
 )
 
 // arrowFiles imports Parquet or Arrow IPC files through Arrow record batches.
@@ -20,39 +22,63 @@ func (im *importer) arrowFiles(format string, files []string) error {
 		if err != nil {
 			return err
 		}
-		err = readArrowFile(im.ctx, format, p, func(rec arrow.RecordBatch) error {
-			if im.w == nil {
-				cols, err := columnsOf(rec.Schema())
-				if err != nil {
-					return fmt.Errorf("%s: %w", p, err)
-				}
-				if err := im.create(cols, nil, format); err != nil {
-					return err
-				}
-			} else if !sameColumns(im.w.m.Columns, rec.Schema()) {
-				return fmt.Errorf("%s: schema %v differs from the first file's", p, rec.Schema())
-			}
-			vals := make([]any, rec.NumCols())
-			for r := 0; r < int(rec.NumRows()); r++ {
-				for c := range vals {
-					v, err := arrowValue(rec.Column(c), r)
-					if err != nil {
-						return fmt.Errorf("%s: row %d column %s: %w", p, r, rec.ColumnName(c), err)
-					}
-					vals[c] = v
-				}
-				if err := im.w.Add(vals...); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
+		err = readArrowFile(im.ctx, format, p, func(rec arrow.RecordBatch) error { return im.record(format, p, rec) })
 		if err != nil {
 			return err
 		}
 		im.progress(st.Size())
 	}
 	return nil
+}
+
+// record adds a record batch's rows as samples, making the dataset with its
+// schema on the first one; every later batch must have the same columns.
+// src names the input in errors.
+func (im *importer) record(format, src string, rec arrow.RecordBatch) error {
+	if im.w == nil {
+		cols, err := columnsOf(rec.Schema())
+		if err != nil {
+			return fmt.Errorf("%s: %w", src, err)
+		}
+		if err := im.create(cols, nil, format); err != nil {
+			return err
+		}
+	} else if !sameColumns(im.w.m.Columns, rec.Schema()) {
+		return fmt.Errorf("%s: schema %v differs from the first batch's", src, rec.Schema())
+	}
+	vals := make([]any, rec.NumCols())
+	for r := 0; r < int(rec.NumRows()); r++ {
+		for c := range vals {
+			v, err := arrowValue(rec.Column(c), r)
+			if err != nil {
+				return fmt.Errorf("%s: row %d column %s: %w", src, r, rec.ColumnName(c), err)
+			}
+			vals[c] = v
+		}
+		if err := im.w.Add(vals...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ImportStream makes dataset name from a stream of record batches (an
+// Arrow IPC stream, an Arrow Flight DoPut), through the same writer and
+// column rules as the arrow importer. source names the stream in the
+// manifest and in errors. The dataset appears only if the whole stream
+// is read; on any error nothing is left behind.
+func ImportStream(ctx context.Context, c *sdk.Client, r array.RecordReader, source, name string, opts ImportOptions) (*Manifest, error) {
+	im := &importer{ctx: ctx, c: c, name: name, opts: opts}
+	var err error
+	for err == nil && r.Next() {
+		err = im.record("arrow", source, r.RecordBatch())
+	}
+	if err == nil {
+		if err = r.Err(); errors.Is(err, io.EOF) {
+			err = nil
+		}
+	}
+	return im.finish(source, "arrow", err)
 }
 
 // readArrowFile calls fn with each record batch of file p: Parquet (see

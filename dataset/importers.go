@@ -56,6 +56,12 @@ func Import(ctx context.Context, c *sdk.Client, format, src, name string, opts I
 	default:
 		return nil, fmt.Errorf("import: unknown format %q (one of %s)", format, strings.Join(Formats, ", "))
 	}
+	return im.finish(src, format, err)
+}
+
+// finish ends an import that read its input with err: it abandons the
+// writer on an error, else closes it, publishing the dataset.
+func (im *importer) finish(src, format string, err error) (*Manifest, error) {
 	if err != nil {
 		if im.w != nil {
 			im.w.Abort()
@@ -69,8 +75,8 @@ func Import(ctx context.Context, c *sdk.Client, format, src, name string, opts I
 	if err != nil {
 		return nil, err
 	}
-	if opts.Progress != nil {
-		opts.Progress(im.total, im.total)
+	if im.opts.Progress != nil {
+		im.opts.Progress(im.total, im.total)
 	}
 	return m, nil
 }

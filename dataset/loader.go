@@ -118,16 +118,11 @@ func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
 	if cfg.Prefetch <= 0 {
 		cfg.Prefetch = 256 << 20
 	}
-	if cfg.Worker < 0 || cfg.Worker >= cfg.Workers {
-		return nil, fmt.Errorf("loader: worker %d of %d out of range", cfg.Worker, cfg.Workers)
-	}
-	if _, err := newPlan(d.m.Samples, 0, cfg.WorldSize, cfg.Rank, cfg.BatchSize, cfg.DropLast); err != nil {
-		return nil, fmt.Errorf("loader: %w", err)
-	}
-	cols, err := d.m.project(cfg.Columns)
+	schema, err := d.LoaderSchema(cfg)
 	if err != nil {
 		return nil, err
 	}
+	cols, _ := d.m.project(cfg.Columns)
 	if err := d.loaderOpened(); err != nil {
 		return nil, err
 	}
@@ -137,17 +132,6 @@ func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
 			d.loaderClosed()
 		}
 	}()
-	schema, err := d.m.Schema(cfg.Columns...)
-	if err != nil {
-		return nil, err
-	}
-	if cfg.IndexColumn != "" {
-		if schema.HasField(cfg.IndexColumn) {
-			return nil, fmt.Errorf("loader: index column %q is already a column of %s", cfg.IndexColumn, d.m.Name)
-		}
-		fields := append(schema.Fields(), arrow.Field{Name: cfg.IndexColumn, Type: arrow.PrimitiveTypes.Int64})
-		schema = arrow.NewSchema(fields, nil)
-	}
 	// The budget holds at least three of the largest possible batches, so a
 	// caller that keeps the previous batch while asking for the next never
 	// waits forever.
@@ -168,6 +152,51 @@ func (d *Dataset) Loader(cfg LoaderConfig) (*Loader, error) {
 	l.state = State{Version: 1, Dataset: d.m.Hash, Seed: cfg.Seed, Shuffle: cfg.Shuffle, Epoch: cfg.Epoch,
 		WorldSize: cfg.WorldSize, BatchSize: cfg.BatchSize}
 	return l, nil
+}
+
+// LoaderSchema is the schema of the batches a loader over d with cfg
+// delivers, or what is wrong with cfg for d (a rank or worker out of
+// range, a bad batch size, an unknown column), without making a loader.
+// Zero WorldSize and Workers mean 1, as for Loader.
+func (d *Dataset) LoaderSchema(cfg LoaderConfig) (*arrow.Schema, error) {
+	if cfg.WorldSize == 0 {
+		cfg.WorldSize = 1
+	}
+	if cfg.Workers == 0 {
+		cfg.Workers = 1
+	}
+	if cfg.Worker < 0 || cfg.Worker >= cfg.Workers {
+		return nil, fmt.Errorf("loader: worker %d of %d out of range", cfg.Worker, cfg.Workers)
+	}
+	if _, err := newPlan(d.m.Samples, 0, cfg.WorldSize, cfg.Rank, cfg.BatchSize, cfg.DropLast); err != nil {
+		return nil, fmt.Errorf("loader: %w", err)
+	}
+	schema, err := d.m.Schema(cfg.Columns...)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.IndexColumn != "" {
+		if schema.HasField(cfg.IndexColumn) {
+			return nil, fmt.Errorf("loader: index column %q is already a column of %s", cfg.IndexColumn, d.m.Name)
+		}
+		fields := append(schema.Fields(), arrow.Field{Name: cfg.IndexColumn, Type: arrow.PrimitiveTypes.Int64})
+		schema = arrow.NewSchema(fields, nil)
+	}
+	return schema, nil
+}
+
+// CheckState says why a loader over d cannot resume from s, or nil.
+func (d *Dataset) CheckState(s State) error {
+	if s.Version != 1 {
+		return fmt.Errorf("resume: state version %d, this build reads 1", s.Version)
+	}
+	if s.Dataset != d.m.Hash {
+		return fmt.Errorf("resume: the state is for another dataset (hash %.12s, %s has %.12s)", s.Dataset, d.m.Name, d.m.Hash)
+	}
+	if s.Consumed < 0 || s.Consumed > d.m.Samples {
+		return fmt.Errorf("resume: %d consumed of %d samples", s.Consumed, d.m.Samples)
+	}
+	return nil
 }
 
 // maxBatchBytes bounds one batch's arena space: the size of a batch of the
@@ -210,14 +239,8 @@ func (l *Loader) State() State {
 // loader's world size, rank, batch size and worker split. The seed and
 // shuffle flag come from s.
 func (l *Loader) Resume(s State) error {
-	if s.Version != 1 {
-		return fmt.Errorf("resume: state version %d, this build reads 1", s.Version)
-	}
-	if s.Dataset != l.d.m.Hash {
-		return fmt.Errorf("resume: the state is for another dataset (hash %.12s, %s has %.12s)", s.Dataset, l.d.m.Name, l.d.m.Hash)
-	}
-	if s.Consumed < 0 || s.Consumed > l.d.m.Samples {
-		return fmt.Errorf("resume: %d consumed of %d samples", s.Consumed, l.d.m.Samples)
+	if err := l.d.CheckState(s); err != nil {
+		return err
 	}
 	l.stop()
 	l.mu.Lock()

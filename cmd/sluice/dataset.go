@@ -39,11 +39,16 @@ func newDatasetCmd() *cobra.Command {
 	var format string
 	var shardMiB int64
 	var quiet bool
-	imp := with(&cobra.Command{Use: "import --format F SRC NAME", Short: "Import SRC (a file or directory) as dataset NAME",
-		Long: "Formats: " + strings.Join(dataset.Formats, ", ") + ". See the dataset package for each one's columns.",
+	var imp *cobra.Command
+	imp = with(&cobra.Command{Use: "import --format F SRC NAME", Short: "Import SRC (a file or directory) as dataset NAME",
+		Long: "Formats: " + strings.Join(dataset.Formats, ", ") + ". See the dataset package for each one's columns. " +
+			"SRC - reads an Arrow IPC stream from standard input (--format arrow).",
 		Args: cobra.ExactArgs(2)},
 		func(ctx context.Context, c *sdk.Client, out io.Writer, args []string) error {
 			var bar func(int64)
+			if args[0] == "-" {
+				return importStdin(ctx, c, format, args[1], shardMiB, imp.InOrStdin(), out)
+			}
 			m, err := dataset.Import(ctx, c, format, args[0], args[1], dataset.ImportOptions{ShardBytes: shardMiB << 20,
 				Progress: func(done, total int64) {
 					if bar == nil {
@@ -54,7 +59,7 @@ func newDatasetCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(out, "imported %s: %d samples, %d shards, %.1f MiB\n", m.Name, m.Samples, len(m.Shards), float64(m.Bytes())/(1<<20))
+			printImported(out, m)
 			return nil
 		})
 	imp.Flags().StringVar(&format, "format", "", "input format: "+strings.Join(dataset.Formats, ", "))
@@ -131,13 +136,24 @@ func newDatasetCmd() *cobra.Command {
 	order := withDataset(&cobra.Command{Use: "order NAME", Short: "Print the sample indices of each batch a rank gets in an epoch, one JSON list per line",
 		Args: cobra.ExactArgs(1)},
 		func(ctx context.Context, d *dataset.Dataset, out io.Writer) error { return printOrder(ctx, out, d, oc) })
-	order.Flags().IntVar(&oc.BatchSize, "batch-size", 32, "samples per batch")
-	order.Flags().BoolVar(&oc.Shuffle, "shuffle", true, "shuffle")
-	order.Flags().Uint64Var(&oc.Seed, "seed", 0, "shuffle seed")
-	order.Flags().Int64Var(&oc.Epoch, "epoch", 0, "epoch")
-	order.Flags().IntVar(&oc.Rank, "rank", 0, "rank")
-	order.Flags().IntVar(&oc.WorldSize, "world-size", 1, "world size")
-	order.Flags().BoolVar(&oc.DropLast, "drop-last", false, "drop the final partial step")
+	addLoaderFlags(order, &oc, 32, true)
+	var cc dataset.LoaderConfig
+	var catFormat string
+	cat := withDataset(&cobra.Command{Use: "cat NAME [loader options] --format arrow|parquet",
+		Short: "Write a rank's epoch of batches, in loader order, to standard output as an Arrow IPC stream or a Parquet file",
+		Long: `Writes the batches the loader gives (--rank of --world-size, shuffled with
+--shuffle) to standard output: --format arrow an Arrow IPC stream, one record
+batch per loader batch; --format parquet a Parquet file, one row group per
+batch. For pipelines: sluice dataset cat NAME --format arrow | duckdb, or
+| python -c 'import pyarrow as pa, sys; pa.ipc.open_stream(sys.stdin.buffer)'.`,
+		Args: cobra.ExactArgs(1)},
+		func(ctx context.Context, d *dataset.Dataset, out io.Writer) error {
+			return catDataset(ctx, out, d, cc, catFormat)
+		})
+	addLoaderFlags(cat, &cc, 1024, false)
+	cat.Flags().StringSliceVar(&cc.Columns, "columns", nil, "columns to write (default all)")
+	cat.Flags().StringVar(&cc.IndexColumn, "index-column", "", "add an int64 column of this name holding each row's sample index")
+	cat.Flags().StringVar(&catFormat, "format", "arrow", "output format: arrow (IPC stream) or parquet")
 	var bc dataset.LoaderConfig
 	var epochs int
 	var check bool
@@ -152,8 +168,19 @@ func newDatasetCmd() *cobra.Command {
 	bench.Flags().IntVar(&bc.Readers, "readers", 4, "batches read in parallel")
 	bench.Flags().StringVar(&bc.Agent, "agent", "", "read through the local agent at this socket (shared-memory rings) instead of from storage directly")
 	bench.Flags().BoolVar(&check, "check", false, "check every sample comes once per epoch and report byte_sum, the sum of every byte of the binary columns (what a consumer that touches each byte pays)")
-	root.AddCommand(imp, inspect, verify, ls, rm, order, bench)
+	root.AddCommand(imp, inspect, verify, ls, rm, order, cat, bench)
 	return root
+}
+
+// addLoaderFlags adds the flags that choose a rank's batches of an epoch.
+func addLoaderFlags(cmd *cobra.Command, cfg *dataset.LoaderConfig, batch int, shuffle bool) {
+	cmd.Flags().IntVar(&cfg.BatchSize, "batch-size", batch, "samples per batch")
+	cmd.Flags().BoolVar(&cfg.Shuffle, "shuffle", shuffle, "shuffle")
+	cmd.Flags().Uint64Var(&cfg.Seed, "seed", 0, "shuffle seed")
+	cmd.Flags().Int64Var(&cfg.Epoch, "epoch", 0, "epoch")
+	cmd.Flags().IntVar(&cfg.Rank, "rank", 0, "rank")
+	cmd.Flags().IntVar(&cfg.WorldSize, "world-size", 1, "world size")
+	cmd.Flags().BoolVar(&cfg.DropLast, "drop-last", false, "drop the final partial step")
 }
 
 func inspectDataset(ctx context.Context, out io.Writer, d *dataset.Dataset, rows int) error {

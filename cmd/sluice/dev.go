@@ -4,9 +4,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
+	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -17,8 +16,9 @@ import (
 
 func newDevCmd() *cobra.Command {
 	var cfg cluster.Config
-	var agentSocket string
+	var agentSocket, flightAddr string
 	var hf httpFlags
+	var ff flightFlags
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run a whole cluster in this process (metadata, mgmtd, storage targets in --dir)",
@@ -30,7 +30,12 @@ data and the token.
 It also hosts the local agent (--agent-socket, default DIR/agent.sock): other
 processes on this machine that do their I/O through shared-memory rings
 (sdk.DialAgent) reach storage by memory copy, through the cluster's in-process
-fabric, without a socket in the data path.`,
+fabric, without a socket in the data path.
+
+It prints export SLUICE_AGENT=SOCKET after the first two lines (loaders
+read through the agent when it is set). With --flight ADDR it also serves
+the datasets over Arrow Flight (see sluice flight) and prints a last line,
+export SLUICE_FLIGHT=grpc://ADDR.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg.Logger = slog.Default()
@@ -47,38 +52,46 @@ fabric, without a socket in the data path.`,
 			if !cmd.Flags().Changed("agent-socket") {
 				agentSocket = filepath.Join(cfg.Dir, "agent.sock")
 			}
-			if agentSocket != "" {
+			out := cmd.OutOrStdout()
+			var flightLine strings.Builder // export SLUICE_FLIGHT=..., printed after the others
+			if agentSocket != "" || flightAddr != "" {
+				// The agent and the Flight server reach storage through
+				// the cluster's in-process fabric.
 				cl, err := sdk.Connect(cmd.Context(), sdk.Config{Cluster: c.Addr, Token: c.Token, Fabric: c.Fabric()})
 				if err != nil {
 					return err
 				}
 				defer cl.Close()
 				clientMetrics = cl.Metrics().Gatherer()
-				a, err := sdk.NewAgent(cl, sdk.AgentConfig{Path: agentSocket})
-				if err != nil {
-					return err
+				if agentSocket != "" {
+					a, err := sdk.NewAgent(cl, sdk.AgentConfig{Path: agentSocket})
+					if err != nil {
+						return err
+					}
+					defer a.Close() // before the client and the cluster
+					fmt.Fprintf(cmd.ErrOrStderr(), "sluice dev: local agent at %s\n", agentSocket)
 				}
-				defer a.Close() // before the client and the cluster
-				fmt.Fprintf(cmd.ErrOrStderr(), "sluice dev: local agent at %s\n", agentSocket)
+				if flightAddr != "" {
+					stop, err := serveFlight(cl, c.Token, flightAddr, ff, &flightLine)
+					if err != nil {
+						return err
+					}
+					defer stop() // before the client and the cluster
+				}
 			}
 			hs, err := hf.serve(cmd, c.Token, httpSources{metrics: prometheus.Gatherers{c.Metrics(), clientMetrics}, ready: c.Ready, api: c.API})
 			if err != nil {
 				return err
 			}
 			defer hs.Close()
-			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "export SLUICE_CLUSTER=%s\n", c.Addr)
 			fmt.Fprintf(out, "export SLUICE_TOKEN=%s\n", c.Token)
 			if agentSocket != "" {
 				fmt.Fprintf(out, "export SLUICE_AGENT=%s\n", agentSocket)
 			}
+			fmt.Fprint(out, flightLine.String()) // last: parsers read the first lines
 			fmt.Fprintf(cmd.ErrOrStderr(), "sluice dev: %d targets in %s; Ctrl-C to stop\n", cfg.Targets, cfg.Dir)
-			stop := make(chan os.Signal, 1)
-			signal.Notify(stop, os.Interrupt, syscall.SIGTERM)
-			select {
-			case <-stop:
-			case <-cmd.Context().Done():
-			}
+			waitForSignal(cmd.Context())
 			return nil
 		},
 	}
@@ -88,5 +101,7 @@ fabric, without a socket in the data path.`,
 	cmd.Flags().StringVar(&cfg.Listen, "listen", "127.0.0.1:7400", "gRPC address for clients")
 	hf.add(cmd)
 	cmd.Flags().StringVar(&agentSocket, "agent-socket", "", `unix socket of the local agent (default DIR/agent.sock; "" for none)`)
+	cmd.Flags().StringVar(&flightAddr, "flight", "", `also serve Arrow Flight on this address ("" for none)`)
+	ff.add(cmd)
 	return cmd
 }

@@ -38,7 +38,7 @@ func newRoot() *cobra.Command {
 		},
 	}
 	lf.add(root)
-	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoCmd(), newServerCmd(), newDatasetCmd(), newMountCmd(), newAgentCmd(), newTopCmd())
+	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoCmd(), newServerCmd(), newDatasetCmd(), newMountCmd(), newAgentCmd(), newTopCmd(), newFlightCmd())
 	root.AddCommand(newFileCmds()...)
 	return root
 }

@@ -27,7 +27,7 @@ func TestLayers(t *testing.T) {
 		{[]string{"fabric", "fabric/tcp", "fabric/local", "fabric/faulty", "shmring"},
 			[]string{module + "server", module + "sdk", module + "dataset", module + "chunkio", module + "routing", module + "fsmeta", module + "proto"},
 			"the transport and the rings sit below everything else"},
-		{[]string{"sdk", "sdk/fuse", "dataset", "cmd/libsluice", "chunkio", "routing", "fsmeta", "auth", "rpc", "errcode"},
+		{[]string{"sdk", "sdk/fuse", "dataset", "arrowflight", "cmd/libsluice", "chunkio", "routing", "fsmeta", "auth", "rpc", "errcode"},
 			[]string{"github.com/hashicorp/raft", "github.com/cockroachdb/pebble", module + "server/"},
 			"the client side links no server: no Raft, no Pebble"},
 		{[]string{"server/mgmtd"}, []string{module + "server/storage", module + "server/chunkstore"}, "mgmtd knows targets through routing, not the storage servers"},

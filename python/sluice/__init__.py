@@ -195,6 +195,36 @@ class Dataset(_Handle):
         )
         return pa.RecordBatch._import_from_c(ctypes.addressof(arr), ctypes.addressof(sch))
 
+    def _scan_batch_size(self, target_bytes=16 << 20):
+        """Rows per batch of about target_bytes, from the mean sample size."""
+        n = max(1, self.manifest.get("samples", 0))
+        stored = sum(s["bytes"] for s in self.manifest.get("shards", []))
+        return max(1, min(65536, target_bytes * n // max(1, stored)))
+
+    def to_reader(self, columns=None, batch_size=None, **loader_options):
+        """Every sample once, in order (no shuffle), as a pyarrow.RecordBatchReader
+        straight from the loader's buffers. It reads as it is consumed and can
+        be consumed once: DuckDB (``duckdb.arrow(r)``, or a query naming it),
+        Polars (``pl.from_arrow(r)``) and pyarrow (``r.read_all()``) take it
+        without a copy on the way. batch_size defaults to about 16 MiB of
+        samples; other options are the loader's (rank, world_size, ...)."""
+        options = dict(loader_options, shuffle=False, columns=columns,
+                       batch_size=batch_size or self._scan_batch_size())
+        return Loader(self, **options)._reader()
+
+    def scanner(self, columns=None, filter=None, batch_size=None, **loader_options):
+        """A ``pyarrow.dataset.Scanner`` over ``to_reader``: columns and filter
+        (a ``pyarrow.compute`` expression) apply as the batches stream by.
+        DuckDB queries it by name (``duckdb.sql("select ... from s")``) and
+        pushes its projection and filters into it; ``.to_reader()`` and
+        ``.to_table()`` feed Polars and pyarrow. It scans once; call again for
+        another pass. (pyarrow 18's InMemoryDataset takes no stream, so a
+        rescannable ``pyarrow.dataset.Dataset`` would need the data copied
+        out first, which this avoids.)"""
+        import pyarrow.dataset as pads
+        reader = self.to_reader(batch_size=batch_size, **loader_options)
+        return pads.Scanner.from_batches(reader, columns=columns, filter=filter)
+
     def loader(self, batch_size, shuffle=True, seed=0, epoch=0, rank=0, world_size=1, columns=None, **kw):
         return Loader(self, batch_size=batch_size, shuffle=shuffle, seed=seed, epoch=epoch, rank=rank,
                       world_size=world_size, columns=columns, **kw)

@@ -24,17 +24,20 @@ def sample(i):
 
 
 def start_dev(d):
-    """Starts `sluice dev` in d: the process and its SLUICE_* exports."""
-    proc = subprocess.Popen([SLUICE, "dev", "--dir", d, "--listen", "127.0.0.1:0", "--targets", "3"],
+    """Starts `sluice dev` in d, with Arrow Flight on: the process and its
+    SLUICE_* exports (SLUICE_CLUSTER, SLUICE_TOKEN, SLUICE_AGENT,
+    SLUICE_FLIGHT)."""
+    proc = subprocess.Popen([SLUICE, "dev", "--dir", d, "--listen", "127.0.0.1:0", "--targets", "3",
+                             "--flight", "127.0.0.1:0"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     env = {}
     deadline = time.time() + 60
-    while len(env) < 3 and time.time() < deadline:  # cluster, token, agent
+    while len(env) < 4 and time.time() < deadline:
         line = proc.stdout.readline()
         m = re.match(r"export (SLUICE_\w+)=(\S+)", line)
         if m:
             env[m.group(1)] = m.group(2)
-    if len(env) < 3:
+    if len(env) < 4:
         proc.kill()
         pytest.fail("sluice dev did not print its exports")
     return proc, env
