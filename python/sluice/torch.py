@@ -477,6 +477,7 @@ class DataLoader:
                 raise ValueError("sluice.torch.DataLoader: fork workers cannot use libsluice; use forkserver or spawn")
             multiprocessing_context = _worker_context(multiprocessing_context)
         self.num_workers = num_workers
+        self._plain = not kw  # no pin_memory, collate_fn, ...: nothing for torch's loader to do
         if num_workers > 0:
             # Workers live as long as this loader (connection, loader and
             # batch memory kept); each iteration they read where to start
@@ -491,7 +492,9 @@ class DataLoader:
     def __iter__(self):
         self.dataset._resolve_ranks()  # before workers take a copy of it
         if self.num_workers == 0:
-            yield from self._dl
+            # Batches come whole and need no collation: without options
+            # for torch's loader, its per-batch machinery is skipped.
+            yield from (self.dataset if self._plain else self._dl)
             return
         path = self.dataset._control
         with open(path + ".new", "w") as f:
