@@ -129,6 +129,9 @@ def test_ctrl_c_interrupts_a_blocked_call(paused):
     c = sluice.Client(env["SLUICE_CLUSTER"], env["SLUICE_TOKEN"], op_timeout=0)  # no timeout: only Ctrl-C ends it
     f = c.open("/f")
     pause()
+    # Python's own handler, whatever an earlier test's library (pyarrow,
+    # DuckDB, Polars) left installed at the C level.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
     start = time.time()
