@@ -147,23 +147,32 @@ func (f *File) Sync(ctx context.Context) error {
 	if f.session == 0 {
 		return nil
 	}
-	return f.c.closeSession(ctx, f, uint64(f.Size()), true)
+	return f.c.closeSession(ctx, f, true)
 }
 
 // Truncate sets the file's length. Shrinking removes the chunks wholly
 // past the new end from storage and overwrites the rest of the chunk the
 // end falls in with zeros, so that a later extension reads zeros there, as
-// POSIX wants; then the namespace records the length. It works on any
+// POSIX wants; then the namespace records the length. Only chunks below
+// the file's written mark (and what this handle wrote) can hold bytes, so
+// only those are touched, however long the file was. A length past
+// fsmeta.MaxFileSize is refused with ErrTooLarge (EFBIG). It works on any
 // handle (permission is the caller's business, as for ftruncate).
 func (f *File) Truncate(ctx context.Context, size int64) error {
 	if size < 0 {
 		return fmt.Errorf("truncate %s: negative length: %w", f.name, ErrInvalid)
 	}
+	if size > f.maxSize() {
+		return fmt.Errorf("truncate %s: length %d, limit %d: %w", f.name, size, f.maxSize(), ErrTooLarge)
+	}
 	cur, err := f.c.StatAt(ctx, f.in.Ino, "")
 	if err != nil {
 		return err
 	}
-	if old := uint64(max(cur.Size(), f.Size())); uint64(size) < old {
+	f.mu.Lock()
+	old := min(max(uint64(cur.Size()), f.size), max(cur.written, f.wrote))
+	f.mu.Unlock()
+	if uint64(size) < old {
 		if err := f.trim(ctx, uint64(size), old); err != nil {
 			return fmt.Errorf("truncate %s: %w", f.name, err)
 		}

@@ -47,7 +47,7 @@ var (
 	// Batched I/O (ReadBatch, WriteBatch, the agent).
 	ErrNotWritable = errors.New("sluice: file not open for writing")
 	ErrOutOfRange  = errors.New("sluice: range outside its buffer")
-	ErrTooLarge    = errors.New("sluice: file too large")
+	ErrTooLarge    = fsmeta.ErrFileTooLarge // past fsmeta.MaxFileSize (EFBIG)
 
 	// ErrTimeout: a call ran past Config.OpTimeout. It matches
 	// context.DeadlineExceeded too.

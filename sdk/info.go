@@ -26,6 +26,7 @@ type FileInfo struct {
 	atime, mtime, ctime time.Time
 	target              string
 	chunkSize           uint32
+	written             uint64 // files: the written mark (metapb.Inode.written), or the length where there is none
 }
 
 var _ fs.FileInfo = (*FileInfo)(nil)
@@ -36,10 +37,14 @@ func newFileInfo(name string, in *metapb.Inode) *FileInfo {
 	if in == nil {
 		return nil
 	}
-	return &FileInfo{name: name, ino: in.Ino, mode: typeMode[in.Type] | unixPerm(in.Mode),
+	fi := &FileInfo{name: name, ino: in.Ino, mode: typeMode[in.Type] | unixPerm(in.Mode),
 		size: int64(in.Size), nlink: in.Nlink, uid: in.Uid, gid: in.Gid,
 		atime: time.Unix(0, in.AtimeNs), mtime: time.Unix(0, in.MtimeNs), ctime: time.Unix(0, in.CtimeNs),
-		target: in.Target, chunkSize: in.Layout.GetChunkSize()}
+		target: in.Target, chunkSize: in.Layout.GetChunkSize(), written: in.Size}
+	if in.Written != nil {
+		fi.written = *in.Written
+	}
+	return fi
 }
 
 // baseName is the name FileInfo.Name reports for (at, p): its last name,

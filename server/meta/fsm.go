@@ -32,6 +32,9 @@ type FSM struct {
 	ns      *Namespace
 	cluster *mgmtd.ClusterMap
 	applied atomic.Uint64 // the last log index applied (Raft's own counter runs ahead of the FSM)
+	// rootTimed: the root directory's times are known to be set (see
+	// Namespace.StampRoot); only the apply goroutine touches it.
+	rootTimed bool
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -86,6 +89,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 			}
 		}
 	}
+	if !f.rootTimed && cmd.NowNs != 0 {
+		f.rootTimed = f.ns.StampRoot(cmd.NowNs) == nil
+	}
 	res := f.apply(cmd)
 	res.Seq = cmd.Seq
 	if cmd.Client != 0 {
@@ -133,7 +139,7 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 	case *metapb.Command_OpenSession:
 		err = f.ns.OpenSession(op.OpenSession.Ino, op.OpenSession.Client, op.OpenSession.Session, now)
 	case *metapb.Command_CloseSession:
-		err = f.ns.CloseSession(op.CloseSession.Ino, op.CloseSession.Client, op.CloseSession.Session, op.CloseSession.Size, op.CloseSession.Keep, now)
+		err = f.ns.CloseSession(op.CloseSession.Ino, op.CloseSession.Client, op.CloseSession.Session, op.CloseSession.Size, op.CloseSession.Written, op.CloseSession.Keep, now)
 	case *metapb.Command_PruneClient:
 		err = f.ns.PruneClient(op.PruneClient)
 	default:
@@ -229,6 +235,7 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 		return err
 	}
 	f.cluster.Notify()
+	f.rootTimed = false
 	v, err := get(dbReader{f.db}, appliedKey)
 	if err == nil && len(v) == 8 {
 		f.applied.Store(binary.BigEndian.Uint64(v))

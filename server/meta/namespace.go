@@ -51,6 +51,23 @@ func Open(db *pebble.DB, rootLayout *metapb.Layout, now int64) (*Namespace, erro
 	return ns, nil
 }
 
+// StampRoot sets the root directory's times to now if they were never set:
+// the root is made without a time (every replica makes it alike, outside
+// the log), so the first command applied, moments after the group is
+// formatted, gives it the leader's clock. All replicas apply that command
+// alike, so they agree; a group formatted before this was kept gets its
+// root stamped by its next command.
+func (ns *Namespace) StampRoot(now int64) error {
+	return ns.write(func(b *pebble.Batch) error {
+		root, err := loadInode(batchReader{b}, RootIno)
+		if err != nil || root.AtimeNs != 0 || root.MtimeNs != 0 || root.CtimeNs != 0 {
+			return err
+		}
+		root.AtimeNs, root.MtimeNs, root.CtimeNs = now, now, now
+		return putInode(b, root)
+	})
+}
+
 func inodeKey(ino uint64) []byte { return binary.BigEndian.AppendUint64([]byte{'i'}, ino) }
 
 func direntKey(parent uint64, name string) []byte {
@@ -213,10 +230,11 @@ func (ns *Namespace) Mkdir(parent uint64, name string, a Attrs) (*metapb.Inode, 
 	})
 }
 
-// Create makes an empty file with its directory's layout.
+// Create makes an empty file with its directory's layout, nothing
+// written yet.
 func (ns *Namespace) Create(parent uint64, name string, a Attrs) (*metapb.Inode, error) {
 	return ns.make(parent, name, metapb.InodeType_FILE, a, func(in, dir *metapb.Inode) {
-		in.Layout = dir.Layout
+		in.Layout, in.Written = dir.Layout, new(uint64(0))
 	})
 }
 
@@ -593,6 +611,22 @@ func (ns *Namespace) Setattr(ino uint64, s SetAttr, now int64) (*metapb.Inode, e
 		return putInode(b, in)
 	})
 	return out, err
+}
+
+// Written is the end of the bytes ever written to file in (its written
+// mark), past which it has no chunks; a file from before the mark was kept
+// counts its length instead.
+func Written(in *metapb.Inode) uint64 {
+	if in.Written != nil {
+		return *in.Written
+	}
+	return in.Size
+}
+
+// raiseWritten raises in's written mark to end.
+func raiseWritten(in *metapb.Inode, end uint64) {
+	w := max(Written(in), end)
+	in.Written = &w
 }
 
 // Usage is what Statfs counts.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicefs/sluice/fsmeta"
 
@@ -300,5 +301,27 @@ func TestRenameNoReplace(t *testing.T) {
 	}
 	if _, err := ns.Resolve("/f"); !errors.Is(err, fsmeta.ErrNotFound) {
 		t.Fatalf("/f after the rename: %v", err)
+	}
+}
+
+// TestRootTimesAtFormat: the root directory's times are those of the
+// first command the new group applies, not 1970.
+func TestRootTimesAtFormat(t *testing.T) {
+	r := soloReplica(t)
+	before := time.Now().Add(-time.Minute).UnixNano()
+	do(t, []*Replica{r}, &metapb.Command{Op: &metapb.Command_PruneClient{PruneClient: 99}})
+	root, err := r.Namespace().Stat(RootIno)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root.AtimeNs < before || root.MtimeNs != root.AtimeNs || root.CtimeNs != root.AtimeNs {
+		t.Fatalf("root times %d %d %d, want one time within the last minute", root.AtimeNs, root.MtimeNs, root.CtimeNs)
+	}
+	later := root.AtimeNs + int64(time.Hour)
+	if err := r.Namespace().StampRoot(later); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := r.Namespace().Stat(RootIno); again.MtimeNs != root.MtimeNs {
+		t.Fatal("the root's times were stamped twice")
 	}
 }

@@ -316,14 +316,23 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 }
 
 // Close ends a write session, setting the file's length if given.
+// Lengths past fsmeta.MaxFileSize are refused here, before the log, so
+// that the state machine applies old log entries as it always did.
 func (s *Service) Close(ctx context.Context, req *metapb.CloseRequest) (*metapb.Empty, error) {
+	if err := errors.Join(fsmeta.CheckSize(req.GetSize()), fsmeta.CheckSize(req.GetWritten())); err != nil {
+		return nil, toStatus(fmt.Errorf("close inode %d: %w", req.Ino, err))
+	}
 	_, err := s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
-		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Client: req.Client, Session: req.Session, Size: req.Size, Keep: req.KeepOpen}}})
+		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Client: req.Client, Session: req.Session, Size: req.Size, Written: req.Written, Keep: req.KeepOpen}}})
 	return &metapb.Empty{}, err
 }
 
-// Setattr changes the attributes the request sets on the inode it names.
+// Setattr changes the attributes the request sets on the inode it names;
+// a length past fsmeta.MaxFileSize is refused before the log.
 func (s *Service) Setattr(ctx context.Context, req *metapb.SetattrRequest) (*metapb.Inode, error) {
+	if err := fsmeta.CheckSize(req.GetSize()); err != nil {
+		return nil, toStatus(fmt.Errorf("setattr %s: %w", req.Path, err))
+	}
 	in, err := s.resolve(ctx, req.At, req.Path)
 	if err != nil {
 		return nil, toStatus(err)
@@ -414,6 +423,8 @@ func toStatus(err error) error {
 		code = codes.Unavailable
 	case errors.Is(err, fsmeta.ErrTooManyLeases):
 		code = codes.ResourceExhausted
+	case errors.Is(err, fsmeta.ErrFileTooLarge):
+		code = codes.OutOfRange
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	}
