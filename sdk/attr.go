@@ -189,6 +189,32 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	return nil
 }
 
+// Allocate is fallocate(2) for the modes that make sense for chunks, which
+// storage allocates as they are written: the default mode extends the
+// file's length to off+n if it is shorter (the new bytes read as zeros),
+// keepSize (FALLOC_FL_KEEP_SIZE) changes nothing. Neither reserves space
+// on storage. A negative offset or a length of 0 or less is ErrInvalid, an
+// end past fsmeta.MaxFileSize ErrTooLarge.
+func (f *File) Allocate(ctx context.Context, off, n int64, keepSize bool) error {
+	if off < 0 || n <= 0 {
+		return fmt.Errorf("fallocate %s: offset %d, length %d: %w", f.name, off, n, ErrInvalid)
+	}
+	if off > f.maxSize()-n {
+		return fmt.Errorf("fallocate %s: [%d:+%d] past the largest file (%d bytes): %w", f.name, off, n, f.maxSize(), ErrTooLarge)
+	}
+	if keepSize {
+		return nil
+	}
+	cur, err := f.c.StatAt(ctx, f.in.Ino, "")
+	if err != nil {
+		return err
+	}
+	if off+n > max(cur.Size(), f.Size()) {
+		return f.Truncate(ctx, off+n)
+	}
+	return nil
+}
+
 // trim makes [size, old) read as zeros: the chunk size falls in gets zeros
 // from there to its end, and the chunks after it are removed.
 func (f *File) trim(ctx context.Context, size, old uint64) error {

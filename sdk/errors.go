@@ -49,6 +49,15 @@ var (
 	ErrOutOfRange  = errors.New("sluice: range outside its buffer")
 	ErrTooLarge    = fsmeta.ErrFileTooLarge // past fsmeta.MaxFileSize (EFBIG)
 
+	// Extended attributes: none of that name (ENODATA), a name empty or
+	// too long (ERANGE), a value or list too big (E2BIG); and what Sluice
+	// does not do (EOPNOTSUPP), such as a namespace other than user,
+	// trusted and security.
+	ErrNoXattr      = fsmeta.ErrNoXattr
+	ErrXattrRange   = fsmeta.ErrXattrRange
+	ErrXattrTooBig  = fsmeta.ErrXattrTooBig
+	ErrNotSupported = fsmeta.ErrNotSupported
+
 	// ErrTimeout: a call ran past Config.OpTimeout. It matches
 	// context.DeadlineExceeded too.
 	ErrTimeout error = &stdError{"sluice: operation timed out (Config.OpTimeout)", context.DeadlineExceeded}
@@ -114,6 +123,10 @@ var errnos = []struct {
 	{ErrNotWritable, syscall.EBADF},
 	{ErrOutOfRange, syscall.EINVAL},
 	{ErrTooLarge, syscall.EFBIG},
+	{ErrNoXattr, syscall.ENODATA},
+	{ErrXattrRange, syscall.ERANGE},
+	{ErrXattrTooBig, syscall.E2BIG},
+	{ErrNotSupported, syscall.EOPNOTSUPP},
 	{context.Canceled, syscall.EINTR},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -258,6 +259,33 @@ func (of *openFile) truncate(ctx context.Context, size int64) error {
 	defer of.mu.RUnlock()
 	of.ra.invalidate()
 	return of.f.Truncate(ctx, size)
+}
+
+func (of *openFile) allocate(ctx context.Context, off, n int64, keepSize bool) error {
+	of.mu.RLock()
+	defer of.mu.RUnlock()
+	of.ra.invalidate()
+	return of.f.Allocate(ctx, off, n, keepSize)
+}
+
+// Fallocate takes the default mode (extend the length) and
+// FALLOC_FL_KEEP_SIZE (nothing to do: chunks are allocated as they are
+// written); the other modes are EOPNOTSUPP.
+func (fs *FS) Fallocate(cancel <-chan struct{}, in *gofuse.FallocateIn) gofuse.Status {
+	const keepSize = 0x01 // FALLOC_FL_KEEP_SIZE
+	if in.Mode&^keepSize != 0 {
+		return gofuse.Status(syscall.EOPNOTSUPP)
+	}
+	h := fs.handle(in.Fh)
+	if h == nil {
+		return gofuse.EBADF
+	}
+	if in.Offset > math.MaxInt64 || in.Length > math.MaxInt64 {
+		return gofuse.Status(syscall.EFBIG)
+	}
+	ctx, done := fs.op()
+	defer done()
+	return fs.status("fallocate", in.NodeId, h.of.allocate(ctx, int64(in.Offset), int64(in.Length), in.Mode&keepSize != 0))
 }
 
 func (of *openFile) sync(ctx context.Context) error {

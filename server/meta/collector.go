@@ -122,6 +122,7 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration) {
 	tick.Every(ctx, interval, func() {
 		if !c.r.IsLeader() {
 			c.leaderSince = time.Time{}
+			c.m.pending.Set(0) // the leader's to count
 			return
 		}
 		if c.leaderSince.IsZero() {

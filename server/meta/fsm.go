@@ -115,6 +115,14 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 		in, err = f.ns.Mkdir(op.Mkdir.Parent, op.Mkdir.Name, Attrs{Mode: op.Mkdir.Mode, UID: op.Mkdir.Uid, GID: op.Mkdir.Gid, Now: now})
 	case *metapb.Command_Create:
 		in, err = f.ns.Create(op.Create.Parent, op.Create.Name, Attrs{Mode: op.Create.Mode, UID: op.Create.Uid, GID: op.Create.Gid, Now: now})
+	case *metapb.Command_Mknod:
+		m := op.Mknod
+		in, err = f.ns.Mknod(m.Parent, m.Name, m.Type, m.Rdev, Attrs{Mode: m.Mode, UID: m.Uid, GID: m.Gid, Now: now})
+	case *metapb.Command_SetXattr:
+		x := op.SetXattr
+		err = f.ns.SetXattr(x.Ino, x.Name, x.Value, x.Flags, now)
+	case *metapb.Command_RemoveXattr:
+		err = f.ns.RemoveXattr(op.RemoveXattr.Ino, op.RemoveXattr.Name, now)
 	case *metapb.Command_Symlink:
 		in, err = f.ns.Symlink(op.Symlink.Parent, op.Symlink.Name, op.Symlink.Target, Attrs{Mode: 0o777, UID: op.Symlink.Uid, GID: op.Symlink.Gid, Now: now})
 	case *metapb.Command_Link:

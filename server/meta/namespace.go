@@ -238,6 +238,21 @@ func (ns *Namespace) Create(parent uint64, name string, a Attrs) (*metapb.Inode,
 	})
 }
 
+// Mknod makes a special file of type t (a fifo, a device node with device
+// number rdev, or a socket), or with t FILE an empty file as Create does.
+func (ns *Namespace) Mknod(parent uint64, name string, t metapb.InodeType, rdev uint32, a Attrs) (*metapb.Inode, error) {
+	switch t {
+	case metapb.InodeType_FILE:
+		return ns.Create(parent, name, a)
+	case metapb.InodeType_CHAR_DEVICE, metapb.InodeType_BLOCK_DEVICE:
+	case metapb.InodeType_FIFO, metapb.InodeType_SOCKET:
+		rdev = 0
+	default:
+		return nil, fmt.Errorf("%w: mknod of type %v", fsmeta.ErrInvalidName, t)
+	}
+	return ns.make(parent, name, t, a, func(in, dir *metapb.Inode) { in.Rdev = rdev })
+}
+
 // Symlink makes a symbolic link to target.
 func (ns *Namespace) Symlink(parent uint64, name, target string, a Attrs) (*metapb.Inode, error) {
 	if target == "" || len(target) > maxPath {
@@ -436,6 +451,9 @@ func (ns *Namespace) drop(b *pebble.Batch, dir *metapb.Inode, name string, ino u
 	in.CtimeNs = now
 	if in.Type == metapb.InodeType_DIRECTORY || in.Nlink <= 1 {
 		if err := b.Delete(inodeKey(ino), nil); err != nil {
+			return err
+		}
+		if err := dropXattrs(b, ino); err != nil {
 			return err
 		}
 		if in.Type == metapb.InodeType_FILE {

@@ -287,8 +287,12 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 	if reply.Inode, err = s.resolve(ctx, req.At, req.Path); err != nil {
 		return nil, toStatus(err)
 	}
-	if reply.Inode.Type != metapb.InodeType_FILE {
+	switch reply.Inode.Type {
+	case metapb.InodeType_FILE:
+	case metapb.InodeType_DIRECTORY:
 		return nil, toStatus(fmt.Errorf("open %s: %w", req.Path, fsmeta.ErrIsDir))
+	default: // special files: the kernel opens them, not Sluice
+		return nil, toStatus(fmt.Errorf("open %s (%v): %w", req.Path, reply.Inode.Type, fsmeta.ErrNotSupported))
 	}
 	m, err := s.r.ClusterMap()
 	if err != nil {
@@ -353,6 +357,88 @@ func (s *Service) Link(ctx context.Context, req *metapb.LinkRequest) (*metapb.In
 	}
 	return s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
 		Op: &metapb.Command_Link{Link: &metapb.LinkOp{Ino: in.Ino, Parent: parent, Name: name}}})
+}
+
+// Mknod makes a fifo, a device node, a socket file or (type FILE) an empty
+// file.
+func (s *Service) Mknod(ctx context.Context, req *metapb.MknodRequest) (*metapb.Inode, error) {
+	parent, name, err := s.resolveParent(ctx, req.At, req.Path)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq, Op: &metapb.Command_Mknod{Mknod: &metapb.MknodOp{
+		Parent: parent, Name: name, Type: req.Type, Mode: req.Mode, Uid: req.Uid, Gid: req.Gid, Rdev: req.Rdev}}})
+}
+
+// GetXattr returns an extended attribute's value.
+func (s *Service) GetXattr(ctx context.Context, req *metapb.XattrRequest) (*metapb.XattrReply, error) {
+	if err := fsmeta.CheckXattrName(req.Name); err != nil {
+		return nil, toStatus(err)
+	}
+	reply := &metapb.XattrReply{}
+	err := s.readAt(ctx, req.At, req.Path, func(ns *Namespace, in *metapb.Inode) (err error) {
+		reply.Value, err = ns.GetXattr(in.Ino, req.Name)
+		return err
+	})
+	return reply, toStatus(err)
+}
+
+// ListXattr returns the names of an inode's extended attributes.
+func (s *Service) ListXattr(ctx context.Context, req *metapb.PathRequest) (*metapb.XattrReply, error) {
+	reply := &metapb.XattrReply{}
+	err := s.readAt(ctx, req.At, req.Path, func(ns *Namespace, in *metapb.Inode) (err error) {
+		reply.Names, err = ns.ListXattr(in.Ino)
+		return err
+	})
+	return reply, toStatus(err)
+}
+
+// readAt resolves (at, p) and runs fn on the inode in the same read.
+func (s *Service) readAt(ctx context.Context, at uint64, p string, fn func(*Namespace, *metapb.Inode) error) error {
+	base, clean, err := where(at, p)
+	if err != nil {
+		return err
+	}
+	return s.r.Read(ctx, func(ns *Namespace) error {
+		in, err := ns.ResolveAt(base, clean)
+		if err != nil {
+			return err
+		}
+		return fn(ns, in)
+	})
+}
+
+// SetXattr sets an extended attribute; bad names, values and flags are
+// refused before the log.
+func (s *Service) SetXattr(ctx context.Context, req *metapb.XattrRequest) (*metapb.Empty, error) {
+	if err := fsmeta.CheckXattr(req.Name, req.Value, req.Flags); err != nil {
+		return nil, toStatus(err)
+	}
+	return s.xattrOp(ctx, req, func(op *metapb.XattrOp) *metapb.Command {
+		return &metapb.Command{Op: &metapb.Command_SetXattr{SetXattr: op}}
+	})
+}
+
+// RemoveXattr removes an extended attribute.
+func (s *Service) RemoveXattr(ctx context.Context, req *metapb.XattrRequest) (*metapb.Empty, error) {
+	if err := fsmeta.CheckXattrName(req.Name); err != nil {
+		return nil, toStatus(err)
+	}
+	return s.xattrOp(ctx, req, func(op *metapb.XattrOp) *metapb.Command {
+		return &metapb.Command{Op: &metapb.Command_RemoveXattr{RemoveXattr: op}}
+	})
+}
+
+// xattrOp resolves the request's inode and proposes the command cmd makes.
+func (s *Service) xattrOp(ctx context.Context, req *metapb.XattrRequest, cmd func(*metapb.XattrOp) *metapb.Command) (*metapb.Empty, error) {
+	in, err := s.resolve(ctx, req.At, req.Path)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	c := cmd(&metapb.XattrOp{Ino: in.Ino, Name: req.Name, Value: req.Value, Flags: req.Flags})
+	c.Client, c.Seq = req.Client, req.Seq
+	_, err = s.do(ctx, c)
+	return &metapb.Empty{}, err
 }
 
 // Statfs counts the namespace's inodes, files and bytes, and says how much
@@ -423,8 +509,12 @@ func toStatus(err error) error {
 		code = codes.Unavailable
 	case errors.Is(err, fsmeta.ErrTooManyLeases):
 		code = codes.ResourceExhausted
-	case errors.Is(err, fsmeta.ErrFileTooLarge):
+	case errors.Is(err, fsmeta.ErrFileTooLarge), errors.Is(err, fsmeta.ErrXattrRange), errors.Is(err, fsmeta.ErrXattrTooBig):
 		code = codes.OutOfRange
+	case errors.Is(err, fsmeta.ErrNoXattr):
+		code = codes.FailedPrecondition // not NotFound: ENODATA, not ENOENT
+	case errors.Is(err, fsmeta.ErrNotSupported):
+		code = codes.Unimplemented
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	}
