@@ -215,6 +215,61 @@ func (f *File) Allocate(ctx context.Context, off, n int64, keepSize bool) error 
 	return nil
 }
 
+// PunchHole is fallocate(2)'s FALLOC_FL_PUNCH_HOLE (which Linux takes only
+// with FALLOC_FL_KEEP_SIZE): [off, off+n) reads as zeros afterwards and the
+// length stays. The chunks wholly inside the range are removed from
+// storage, the parts of chunks at its ends overwritten with zeros; nothing
+// past the length or the file's written mark is touched, as nothing there
+// can hold bytes. A negative offset or a length of 0 or less is ErrInvalid.
+func (f *File) PunchHole(ctx context.Context, off, n int64) error {
+	if off < 0 || n <= 0 {
+		return fmt.Errorf("punch a hole in %s: offset %d, length %d: %w", f.name, off, n, ErrInvalid)
+	}
+	cur, err := f.c.StatAt(ctx, f.in.Ino, "")
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	end := min(uint64(off)+uint64(n), max(uint64(cur.Size()), f.size), max(cur.written, f.wrote))
+	f.mu.Unlock()
+	start, cs := uint64(off), uint64(f.in.Layout.GetChunkSize())
+	if start >= end || cs == 0 {
+		return nil
+	}
+	first, last := (start+cs-1)/cs, end/cs // chunks [first, last) lie wholly inside
+	if first >= last {
+		return f.zero(ctx, start, end)
+	}
+	if err := f.zero(ctx, start, first*cs); err != nil {
+		return err
+	}
+	if err := f.zero(ctx, last*cs, end); err != nil {
+		return err
+	}
+	return f.removeChunks(ctx, first, last)
+}
+
+// zero overwrites [from, to), which lies within one chunk, with zeros.
+func (f *File) zero(ctx context.Context, from, to uint64) error {
+	if to <= from {
+		return nil
+	}
+	_, err := f.put(ctx, make([]byte, to-from), int64(from))
+	return err
+}
+
+// removeChunks removes chunks [from, to) of the file from storage.
+func (f *File) removeChunks(ctx context.Context, from, to uint64) error {
+	cctx, done := f.c.call(ctx)
+	defer done()
+	for i := from; i < to; i++ {
+		if err := f.c.store.Remove(cctx, f.chain(i), chunkio.ID{Inode: f.in.Ino, Index: uint32(i)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // trim makes [size, old) read as zeros: the chunk size falls in gets zeros
 // from there to its end, and the chunks after it are removed.
 func (f *File) trim(ctx context.Context, size, old uint64) error {
@@ -223,17 +278,8 @@ func (f *File) trim(ctx context.Context, size, old uint64) error {
 		return nil
 	}
 	next := (size + cs - 1) / cs // the first chunk wholly past size
-	if end := min(next*cs, old); end > size {
-		if _, err := f.put(ctx, make([]byte, end-size), int64(size)); err != nil {
-			return err
-		}
+	if err := f.zero(ctx, size, min(next*cs, old)); err != nil {
+		return err
 	}
-	cctx, done := f.c.call(ctx)
-	defer done()
-	for i := next; i < (old+cs-1)/cs; i++ {
-		if err := f.c.store.Remove(cctx, f.chain(i), chunkio.ID{Inode: f.in.Ino, Index: uint32(i)}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f.removeChunks(ctx, next, (old+cs-1)/cs)
 }

@@ -1033,12 +1033,15 @@ func (x *MkdirOp) GetGid() uint32 {
 }
 
 type CreateOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Mode   uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid    uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid    uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	// tmpfile makes a file with no name in directory parent (O_TMPFILE):
+	// no links, queued for the collector until Link gives it a name.
+	Tmpfile       bool `protobuf:"varint,6,opt,name=tmpfile,proto3" json:"tmpfile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1106,6 +1109,13 @@ func (x *CreateOp) GetGid() uint32 {
 		return x.Gid
 	}
 	return 0
+}
+
+func (x *CreateOp) GetTmpfile() bool {
+	if x != nil {
+		return x.Tmpfile
+	}
+	return false
 }
 
 type SymlinkOp struct {
@@ -1617,13 +1627,14 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x05 \x01(\rR\x03gid\"n\n" +
+	"\x03gid\x18\x05 \x01(\rR\x03gid\"\x88\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x05 \x01(\rR\x03gid\"s\n" +
+	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x18\n" +
+	"\atmpfile\x18\x06 \x01(\bR\atmpfile\"s\n" +
 	"\tSymlinkOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +

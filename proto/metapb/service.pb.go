@@ -411,14 +411,17 @@ func (x *ListReply) GetInodes() []*Inode {
 }
 
 type MakeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	Uid           uint32                 `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
-	Client        uint64                 `protobuf:"varint,5,opt,name=client,proto3" json:"client,omitempty"`
-	Seq           uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
-	At            uint64                 `protobuf:"varint,7,opt,name=at,proto3" json:"at,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Path   string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Mode   uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid    uint32                 `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid    uint32                 `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
+	Client uint64                 `protobuf:"varint,5,opt,name=client,proto3" json:"client,omitempty"`
+	Seq    uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	At     uint64                 `protobuf:"varint,7,opt,name=at,proto3" json:"at,omitempty"`
+	// Create only: make a file with no name in the directory path names
+	// (O_TMPFILE); Link gives it one, else it is collected once closed.
+	Tmpfile       bool `protobuf:"varint,8,opt,name=tmpfile,proto3" json:"tmpfile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +503,13 @@ func (x *MakeRequest) GetAt() uint64 {
 		return x.At
 	}
 	return 0
+}
+
+func (x *MakeRequest) GetTmpfile() bool {
+	if x != nil {
+		return x.Tmpfile
+	}
+	return false
 }
 
 type SymlinkRequest struct {
@@ -1765,7 +1775,7 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\tListReply\x122\n" +
 	"\aentries\x18\x01 \x03(\v2\x18.sluice.meta.v1.DirEntryR\aentries\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12-\n" +
-	"\x06inodes\x18\x03 \x03(\v2\x15.sluice.meta.v1.InodeR\x06inodes\"\x93\x01\n" +
+	"\x06inodes\x18\x03 \x03(\v2\x15.sluice.meta.v1.InodeR\x06inodes\"\xad\x01\n" +
 	"\vMakeRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
@@ -1773,7 +1783,8 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x03gid\x18\x04 \x01(\rR\x03gid\x12\x16\n" +
 	"\x06client\x18\x05 \x01(\x04R\x06client\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x0e\n" +
-	"\x02at\x18\a \x01(\x04R\x02at\"\x9a\x01\n" +
+	"\x02at\x18\a \x01(\x04R\x02at\x12\x18\n" +
+	"\atmpfile\x18\b \x01(\bR\atmpfile\"\x9a\x01\n" +
 	"\x0eSymlinkRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x16\n" +

@@ -3,6 +3,7 @@ package fuse
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"net"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/internal/testproc"
+	"github.com/sluicefs/sluice/sdk"
 )
 
 // TestConformance is Sluice's own table of POSIX cases over a real mount,
@@ -195,9 +197,28 @@ func TestConformance(t *testing.T) {
 		{"fallocate within the length", func() error { return fallocate("f", 0, 0, 10) }, 0},
 		{"fallocate KEEP_SIZE", func() error { return fallocate("f", unix.FALLOC_FL_KEEP_SIZE, 0, 1<<20) }, 0},
 		{"size after KEEP_SIZE", sizeIs("f", 1100), 0},
+		{"fallocate PUNCH_HOLE without KEEP_SIZE", func() error { return fallocate("f", unix.FALLOC_FL_PUNCH_HOLE, 0, 10) }, syscall.EOPNOTSUPP},
 		{"fallocate PUNCH_HOLE", func() error {
-			return fallocate("f", unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, 10)
-		}, syscall.EOPNOTSUPP},
+			// 200 KiB over four 64 KiB chunks; the hole takes the end of
+			// chunk 0, chunk 1 whole and the start of chunk 2.
+			if err := os.WriteFile(at("holey"), bytes.Repeat([]byte("a"), 200<<10), 0o644); err != nil {
+				return err
+			}
+			if err := fallocate("holey", unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 10000, 150000); err != nil {
+				return err
+			}
+			b, err := os.ReadFile(at("holey"))
+			want := bytes.Repeat([]byte("a"), 200<<10)
+			copy(want[10000:160000], make([]byte, 150000))
+			if err == nil && !bytes.Equal(b, want) {
+				t.Errorf("after punching [10000, 160000): %d bytes, zeros where? first diff at %d", len(b), firstDiff(b, want))
+			}
+			return err
+		}, 0},
+		{"fallocate PUNCH_HOLE past the end", func() error {
+			return fallocate("holey", unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 190<<10, 1<<20)
+		}, 0},
+		{"size after PUNCH_HOLE", sizeIs("holey", 200<<10), 0},
 		{"fallocate ZERO_RANGE", func() error { return fallocate("f", unix.FALLOC_FL_ZERO_RANGE, 0, 10) }, syscall.EOPNOTSUPP},
 		{"fallocate of length 0", func() error { return fallocate("f", 0, 0, 0) }, syscall.EINVAL},
 		{"fallocate past the largest file", func() error { return fallocate("f", 0, fsmeta.MaxFileSize, 1) }, syscall.EFBIG},
@@ -369,4 +390,74 @@ func TestConformanceAsUser(t *testing.T) {
 	if st.Uid != 65534 || st.Mode&unix.S_IFMT != unix.S_IFIFO {
 		t.Fatalf("a fifo made by uid 65534: owner %d, mode %#o", st.Uid, st.Mode)
 	}
+}
+
+// TestTmpfile: open(2) with O_TMPFILE makes a file with no name that can
+// be written and read; linkat(2) gives it one, keeping what was written;
+// one never linked leaves no name and is collected once closed.
+func TestTmpfile(t *testing.T) {
+	mt := mount(t, 64<<10)
+	at := func(p string) string { return filepath.Join(mt.dir, p) }
+	must(t, os.Mkdir(at("d"), 0o755))
+	fd, err := unix.Open(at("d"), unix.O_TMPFILE|unix.O_RDWR, 0o640)
+	must(t, err)
+	f := os.NewFile(uintptr(fd), "tmpfile")
+	defer f.Close()
+	if _, err := f.Write([]byte("no name yet")); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	must(t, unix.Fstat(fd, &st))
+	if st.Nlink != 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		t.Fatalf("an O_TMPFILE file: nlink %d, mode %#o", st.Nlink, st.Mode)
+	}
+	if names, err := os.ReadDir(at("d")); err != nil || len(names) != 0 {
+		t.Fatalf("the directory lists %v, %v", names, err)
+	}
+	must(t, unix.Linkat(fd, "", unix.AT_FDCWD, at("d/named"), unix.AT_EMPTY_PATH))
+	must(t, f.Close())
+	if b, err := os.ReadFile(at("d/named")); err != nil || string(b) != "no name yet" {
+		t.Fatalf("the linked file reads %q, %v", b, err)
+	}
+	if fi, err := mt.cl.Stat(context.Background(), "/d/named"); err != nil || fi.Nlink() != 1 {
+		t.Fatalf("the SDK sees %v, %v", fi, err)
+	}
+
+	// One never linked: nothing in the directory, and the collector takes
+	// it (and only it: the linked one stays) once it is closed.
+	fd2, err := unix.Open(at("d"), unix.O_TMPFILE|unix.O_WRONLY, 0o600)
+	must(t, err)
+	if _, err := unix.Write(fd2, []byte("gone")); err != nil {
+		t.Fatal(err)
+	}
+	must(t, unix.Fstat(fd2, &st))
+	must(t, unix.Close(fd2))
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := mt.c.Collect(ctx, time.Now().Add(time.Hour+fsmeta.ReadLease))
+		if err == nil && n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the unlinked O_TMPFILE file was not collected: %d, %v", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := mt.cl.StatAt(ctx, st.Ino, ""); !errors.Is(err, sdk.ErrNotExist) {
+		t.Fatalf("the collected file's inode %d: %v", st.Ino, err)
+	}
+	if b, err := os.ReadFile(at("d/named")); err != nil || string(b) != "no name yet" {
+		t.Fatalf("the linked file after collection reads %q, %v", b, err)
+	}
+}
+
+// firstDiff is the first index where a and b differ, or the shorter length.
+func firstDiff(a, b []byte) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return min(len(a), len(b))
 }

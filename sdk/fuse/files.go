@@ -168,6 +168,11 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 	if err != nil {
 		return fs.errno("create", in.NodeId, err)
 	}
+	return fs.openMade(cancel, in, ino, out)
+}
+
+// openMade opens the file Create or Tmpfile made, and answers with it.
+func (fs *FS) openMade(cancel <-chan struct{}, in *gofuse.CreateIn, ino *sdk.FileInfo, out *gofuse.CreateOut) gofuse.Status {
 	open := gofuse.OpenIn{InHeader: in.InHeader, Flags: in.Flags}
 	open.NodeId = ino.Ino()
 	if st := fs.Open(cancel, &open, &out.OpenOut); !st.Ok() {
@@ -175,6 +180,18 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 	}
 	fs.fillEntry(ino, &out.EntryOut)
 	return gofuse.OK
+}
+
+// Tmpfile is open(2) with O_TMPFILE: a file with no name in directory
+// in.NodeId, opened; linkat(2) gives it one.
+func (fs *FS) Tmpfile(cancel <-chan struct{}, in *gofuse.CreateIn, out *gofuse.CreateOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	ino, err := fs.c.CreateTempAt(ctx, in.NodeId, "", owner(&in.InHeader, in.Mode))
+	if err != nil {
+		return fs.errno("tmpfile", in.NodeId, err)
+	}
+	return fs.openMade(cancel, in, ino, out)
 }
 
 func (fs *FS) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte) (gofuse.ReadResult, gofuse.Status) {
@@ -261,19 +278,28 @@ func (of *openFile) truncate(ctx context.Context, size int64) error {
 	return of.f.Truncate(ctx, size)
 }
 
-func (of *openFile) allocate(ctx context.Context, off, n int64, keepSize bool) error {
+func (of *openFile) allocate(ctx context.Context, off, n int64, mode uint32) error {
 	of.mu.RLock()
 	defer of.mu.RUnlock()
 	of.ra.invalidate()
-	return of.f.Allocate(ctx, off, n, keepSize)
+	if mode == punchHole|keepSize {
+		return of.f.PunchHole(ctx, off, n)
+	}
+	return of.f.Allocate(ctx, off, n, mode&keepSize != 0)
 }
 
-// Fallocate takes the default mode (extend the length) and
+// fallocate(2)'s modes the mount takes.
+const (
+	keepSize  = 0x01 // FALLOC_FL_KEEP_SIZE
+	punchHole = 0x02 // FALLOC_FL_PUNCH_HOLE
+)
+
+// Fallocate takes the default mode (extend the length),
 // FALLOC_FL_KEEP_SIZE (nothing to do: chunks are allocated as they are
-// written); the other modes are EOPNOTSUPP.
+// written) and FALLOC_FL_PUNCH_HOLE with it (sdk.File.PunchHole); the
+// other modes are EOPNOTSUPP.
 func (fs *FS) Fallocate(cancel <-chan struct{}, in *gofuse.FallocateIn) gofuse.Status {
-	const keepSize = 0x01 // FALLOC_FL_KEEP_SIZE
-	if in.Mode&^keepSize != 0 {
+	if in.Mode != 0 && in.Mode != keepSize && in.Mode != punchHole|keepSize {
 		return gofuse.Status(syscall.EOPNOTSUPP)
 	}
 	h := fs.handle(in.Fh)
@@ -285,7 +311,7 @@ func (fs *FS) Fallocate(cancel <-chan struct{}, in *gofuse.FallocateIn) gofuse.S
 	}
 	ctx, done := fs.op()
 	defer done()
-	return fs.status("fallocate", in.NodeId, h.of.allocate(ctx, int64(in.Offset), int64(in.Length), in.Mode&keepSize != 0))
+	return fs.status("fallocate", in.NodeId, h.of.allocate(ctx, int64(in.Offset), int64(in.Length), in.Mode))
 }
 
 func (of *openFile) sync(ctx context.Context) error {

@@ -114,7 +114,12 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 	case *metapb.Command_Mkdir:
 		in, err = f.ns.Mkdir(op.Mkdir.Parent, op.Mkdir.Name, Attrs{Mode: op.Mkdir.Mode, UID: op.Mkdir.Uid, GID: op.Mkdir.Gid, Now: now})
 	case *metapb.Command_Create:
-		in, err = f.ns.Create(op.Create.Parent, op.Create.Name, Attrs{Mode: op.Create.Mode, UID: op.Create.Uid, GID: op.Create.Gid, Now: now})
+		a := Attrs{Mode: op.Create.Mode, UID: op.Create.Uid, GID: op.Create.Gid, Now: now}
+		if op.Create.Tmpfile {
+			in, err = f.ns.CreateTemp(op.Create.Parent, a)
+		} else {
+			in, err = f.ns.Create(op.Create.Parent, op.Create.Name, a)
+		}
 	case *metapb.Command_Mknod:
 		m := op.Mknod
 		in, err = f.ns.Mknod(m.Parent, m.Name, m.Type, m.Rdev, Attrs{Mode: m.Mode, UID: m.Uid, GID: m.Gid, Now: now})

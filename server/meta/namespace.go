@@ -238,6 +238,40 @@ func (ns *Namespace) Create(parent uint64, name string, a Attrs) (*metapb.Inode,
 	})
 }
 
+// CreateTemp makes a file with no name in directory dir, as open(2) with
+// O_TMPFILE does: it has no link, so it waits in the collector's queue from
+// the start (the collector leaves it while it is open), and Link, giving it
+// a name, takes it out again.
+func (ns *Namespace) CreateTemp(dir uint64, a Attrs) (*metapb.Inode, error) {
+	var out *metapb.Inode
+	err := ns.write(func(b *pebble.Batch) error {
+		d, err := dirOf(batchReader{b}, dir)
+		if err != nil {
+			return err
+		}
+		ino, err := ns.nextIno(b)
+		if err != nil {
+			return err
+		}
+		out = &metapb.Inode{Ino: ino, Type: metapb.InodeType_FILE, Mode: a.Mode, Uid: a.UID, Gid: a.GID,
+			AtimeNs: a.Now, MtimeNs: a.Now, CtimeNs: a.Now, Layout: d.Layout, Written: new(uint64(0))}
+		if err := putInode(b, out); err != nil {
+			return err
+		}
+		return queue(b, out)
+	})
+	return out, err
+}
+
+// queue puts file in's record in the collector's queue (or updates it).
+func queue(b *pebble.Batch, in *metapb.Inode) error {
+	v, err := proto.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return b.Set(gcKey(in.Ino), v, nil)
+}
+
 // Mknod makes a special file of type t (a fifo, a device node with device
 // number rdev, or a socket), or with t FILE an empty file as Create does.
 func (ns *Namespace) Mknod(parent uint64, name string, t metapb.InodeType, rdev uint32, a Attrs) (*metapb.Inode, error) {
@@ -277,6 +311,11 @@ func (ns *Namespace) Link(ino, parent uint64, name string, now int64) (*metapb.I
 		}
 		if in.Type == metapb.InodeType_DIRECTORY {
 			return fmt.Errorf("hard link to directory %d: %w", ino, fsmeta.ErrIsDir)
+		}
+		if in.Nlink == 0 { // a file made with no name (CreateTemp) gets one
+			if err := b.Delete(gcKey(ino), nil); err != nil {
+				return err
+			}
 		}
 		dir, err := dirOf(r, parent)
 		if err != nil {
@@ -457,8 +496,7 @@ func (ns *Namespace) drop(b *pebble.Batch, dir *metapb.Inode, name string, ino u
 			return err
 		}
 		if in.Type == metapb.InodeType_FILE {
-			v, _ := proto.Marshal(in)
-			return b.Set(gcKey(ino), v, nil)
+			return queue(b, in)
 		}
 		return nil
 	}
@@ -699,5 +737,17 @@ func (ns *Namespace) GarbageAfter(after uint64, limit int) ([]*metapb.Inode, err
 
 // Collected forgets a collected file.
 func (ns *Namespace) Collected(ino uint64) error {
-	return ns.write(func(b *pebble.Batch) error { return b.Delete(gcKey(ino), nil) })
+	return ns.write(func(b *pebble.Batch) error {
+		// A file made with no name (CreateTemp) and never linked still has
+		// its inode record: it goes too.
+		if in, err := loadInode(batchReader{b}, ino); err == nil && in.Nlink == 0 {
+			if err := b.Delete(inodeKey(ino), nil); err != nil {
+				return err
+			}
+			if err := dropXattrs(b, ino); err != nil {
+				return err
+			}
+		}
+		return b.Delete(gcKey(ino), nil)
+	})
 }

@@ -191,6 +191,14 @@ func (s *Service) List(ctx context.Context, req *metapb.ListRequest) (*metapb.Li
 }
 
 func (s *Service) make(ctx context.Context, req *metapb.MakeRequest, dir bool) (*metapb.Inode, error) {
+	if req.Tmpfile && !dir { // path names the directory; the file has no name
+		d, err := s.resolve(ctx, req.At, req.Path)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
+			Op: &metapb.Command_Create{Create: &metapb.CreateOp{Parent: d.Ino, Mode: req.Mode, Uid: req.Uid, Gid: req.Gid, Tmpfile: true}}})
+	}
 	parent, name, err := s.resolveParent(ctx, req.At, req.Path)
 	if err != nil {
 		return nil, toStatus(err)

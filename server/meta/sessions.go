@@ -64,6 +64,11 @@ func (ns *Namespace) CloseSession(ino, client, session uint64, size, written *ui
 		if err == nil {
 			in.Size, in.MtimeNs, in.CtimeNs = max(in.Size, *size), now, now
 			raiseWritten(in, *written)
+			if in.Nlink == 0 { // a file with no name (CreateTemp): its collector record follows
+				if err := queue(b, in); err != nil {
+					return err
+				}
+			}
 			return putInode(b, in)
 		}
 		v, err := get(batchReader{b}, gcKey(ino))
