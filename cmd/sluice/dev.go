@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
@@ -86,6 +87,7 @@ fabric, without a socket in the data path.`,
 	cmd.Flags().IntVar(&cfg.Targets, "targets", 3, "storage targets")
 	cmd.Flags().IntVar(&cfg.Replicas, "replicas", 3, "replicas per chain")
 	cmd.Flags().StringVar(&cfg.Listen, "listen", "127.0.0.1:7400", "gRPC address for clients")
+	cmd.Flags().DurationVar(&cfg.CollectDelay, "collect-delay", time.Minute, "how long unlinked files' chunks stay before the collector removes them")
 	hf.add(cmd)
 	cmd.Flags().StringVar(&agentSocket, "agent-socket", "", `unix socket of the local agent (default DIR/agent.sock; "" for none)`)
 	return cmd
