@@ -73,6 +73,7 @@ type Client struct {
 	timeout time.Duration // OpTimeout; 0 for none
 	metrics *Metrics
 	leases  readLeases
+	locks   heldLocks      // file locks held (locks.go), renewed with the leases
 	wg      sync.WaitGroup // renewLeases
 
 	// closing ends when Close begins. It is a signal, not a parent: a call

@@ -43,7 +43,7 @@ func TestCollectorAfterLargestFile(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), Targets: 3, ChunkSize: 1 << 20,
-		CollectDelay: delay, CollectInterval: 100 * time.Millisecond, CollectElectionWait: -1})
+		CollectDelay: delay, CollectInterval: 100 * time.Millisecond, ElectionWait: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -127,6 +127,7 @@ var errnos = []struct {
 	{ErrXattrRange, syscall.ERANGE},
 	{ErrXattrTooBig, syscall.E2BIG},
 	{ErrNotSupported, syscall.EOPNOTSUPP},
+	{ErrLocked, syscall.EAGAIN},
 	{context.Canceled, syscall.EINTR},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
 }

@@ -799,6 +799,111 @@ func (x *MknodOp) GetRdev() uint32 {
 	return 0
 }
 
+// Lock is a file lock a client holds or asks for: a BSD flock (the whole
+// file) or a POSIX byte-range lock of bytes [start, end] (end inclusive,
+// 2^64-1 for "to the end"), of one owner (the kernel's lock owner) on one
+// client. Locks live in the leader's memory, never in the log (see
+// server/meta locks.go).
+type Lock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Client        uint64                 `protobuf:"varint,2,opt,name=client,proto3" json:"client,omitempty"`
+	Owner         uint64                 `protobuf:"varint,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Type          uint32                 `protobuf:"varint,4,opt,name=type,proto3" json:"type,omitempty"` // F_RDLCK 0, F_WRLCK 1, F_UNLCK 2
+	Start         uint64                 `protobuf:"varint,5,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint64                 `protobuf:"varint,6,opt,name=end,proto3" json:"end,omitempty"`
+	Flock         bool                   `protobuf:"varint,7,opt,name=flock,proto3" json:"flock,omitempty"` // a BSD lock; flock and POSIX locks do not meet
+	Pid           uint32                 `protobuf:"varint,8,opt,name=pid,proto3" json:"pid,omitempty"`     // the holder's process, for F_GETLK
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Lock) Reset() {
+	*x = Lock{}
+	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lock) ProtoMessage() {}
+
+func (x *Lock) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lock.ProtoReflect.Descriptor instead.
+func (*Lock) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Lock) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *Lock) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *Lock) GetOwner() uint64 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
+func (x *Lock) GetType() uint32 {
+	if x != nil {
+		return x.Type
+	}
+	return 0
+}
+
+func (x *Lock) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *Lock) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *Lock) GetFlock() bool {
+	if x != nil {
+		return x.Flock
+	}
+	return false
+}
+
+func (x *Lock) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
 // XattrOp sets or removes an extended attribute of an inode.
 type XattrOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -812,7 +917,7 @@ type XattrOp struct {
 
 func (x *XattrOp) Reset() {
 	*x = XattrOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	mi := &file_meta_v1_meta_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -824,7 +929,7 @@ func (x *XattrOp) String() string {
 func (*XattrOp) ProtoMessage() {}
 
 func (x *XattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	mi := &file_meta_v1_meta_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -837,7 +942,7 @@ func (x *XattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use XattrOp.ProtoReflect.Descriptor instead.
 func (*XattrOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{5}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *XattrOp) GetIno() uint64 {
@@ -886,7 +991,7 @@ type SessionOp struct {
 
 func (x *SessionOp) Reset() {
 	*x = SessionOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[6]
+	mi := &file_meta_v1_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1003,7 @@ func (x *SessionOp) String() string {
 func (*SessionOp) ProtoMessage() {}
 
 func (x *SessionOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[6]
+	mi := &file_meta_v1_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1016,7 @@ func (x *SessionOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOp.ProtoReflect.Descriptor instead.
 func (*SessionOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{6}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionOp) GetIno() uint64 {
@@ -969,7 +1074,7 @@ type MkdirOp struct {
 
 func (x *MkdirOp) Reset() {
 	*x = MkdirOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[7]
+	mi := &file_meta_v1_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1086,7 @@ func (x *MkdirOp) String() string {
 func (*MkdirOp) ProtoMessage() {}
 
 func (x *MkdirOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[7]
+	mi := &file_meta_v1_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1099,7 @@ func (x *MkdirOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MkdirOp.ProtoReflect.Descriptor instead.
 func (*MkdirOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{7}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MkdirOp) GetParent() uint64 {
@@ -1048,7 +1153,7 @@ type CreateOp struct {
 
 func (x *CreateOp) Reset() {
 	*x = CreateOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[8]
+	mi := &file_meta_v1_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1060,7 +1165,7 @@ func (x *CreateOp) String() string {
 func (*CreateOp) ProtoMessage() {}
 
 func (x *CreateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[8]
+	mi := &file_meta_v1_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1073,7 +1178,7 @@ func (x *CreateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOp.ProtoReflect.Descriptor instead.
 func (*CreateOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{8}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateOp) GetParent() uint64 {
@@ -1131,7 +1236,7 @@ type SymlinkOp struct {
 
 func (x *SymlinkOp) Reset() {
 	*x = SymlinkOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[9]
+	mi := &file_meta_v1_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1248,7 @@ func (x *SymlinkOp) String() string {
 func (*SymlinkOp) ProtoMessage() {}
 
 func (x *SymlinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[9]
+	mi := &file_meta_v1_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1261,7 @@ func (x *SymlinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SymlinkOp.ProtoReflect.Descriptor instead.
 func (*SymlinkOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{9}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SymlinkOp) GetParent() uint64 {
@@ -1205,7 +1310,7 @@ type LinkOp struct {
 
 func (x *LinkOp) Reset() {
 	*x = LinkOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[10]
+	mi := &file_meta_v1_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1217,7 +1322,7 @@ func (x *LinkOp) String() string {
 func (*LinkOp) ProtoMessage() {}
 
 func (x *LinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[10]
+	mi := &file_meta_v1_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1230,7 +1335,7 @@ func (x *LinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkOp.ProtoReflect.Descriptor instead.
 func (*LinkOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{10}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LinkOp) GetIno() uint64 {
@@ -1264,7 +1369,7 @@ type RemoveOp struct {
 
 func (x *RemoveOp) Reset() {
 	*x = RemoveOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[11]
+	mi := &file_meta_v1_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1381,7 @@ func (x *RemoveOp) String() string {
 func (*RemoveOp) ProtoMessage() {}
 
 func (x *RemoveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[11]
+	mi := &file_meta_v1_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1394,7 @@ func (x *RemoveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveOp.ProtoReflect.Descriptor instead.
 func (*RemoveOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{11}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveOp) GetParent() uint64 {
@@ -1319,7 +1424,7 @@ type RenameOp struct {
 
 func (x *RenameOp) Reset() {
 	*x = RenameOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[12]
+	mi := &file_meta_v1_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1331,7 +1436,7 @@ func (x *RenameOp) String() string {
 func (*RenameOp) ProtoMessage() {}
 
 func (x *RenameOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[12]
+	mi := &file_meta_v1_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1344,7 +1449,7 @@ func (x *RenameOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameOp.ProtoReflect.Descriptor instead.
 func (*RenameOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{12}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenameOp) GetSrcParent() uint64 {
@@ -1397,7 +1502,7 @@ type SetattrOp struct {
 
 func (x *SetattrOp) Reset() {
 	*x = SetattrOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[13]
+	mi := &file_meta_v1_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1514,7 @@ func (x *SetattrOp) String() string {
 func (*SetattrOp) ProtoMessage() {}
 
 func (x *SetattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[13]
+	mi := &file_meta_v1_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1527,7 @@ func (x *SetattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrOp.ProtoReflect.Descriptor instead.
 func (*SetattrOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{13}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetattrOp) GetIno() uint64 {
@@ -1487,7 +1592,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_meta_v1_meta_proto_msgTypes[14]
+	mi := &file_meta_v1_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1604,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[14]
+	mi := &file_meta_v1_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1617,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{14}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -1606,7 +1711,16 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\x05 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x06 \x01(\rR\x03gid\x12\x12\n" +
-	"\x04rdev\x18\a \x01(\rR\x04rdev\"[\n" +
+	"\x04rdev\x18\a \x01(\rR\x04rdev\"\xaa\x01\n" +
+	"\x04Lock\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06client\x18\x02 \x01(\x04R\x06client\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\x04R\x05owner\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\rR\x04type\x12\x14\n" +
+	"\x05start\x18\x05 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x06 \x01(\x04R\x03end\x12\x14\n" +
+	"\x05flock\x18\a \x01(\bR\x05flock\x12\x10\n" +
+	"\x03pid\x18\b \x01(\rR\x03pid\"[\n" +
 	"\aXattrOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1700,7 +1814,7 @@ func file_meta_v1_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_v1_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_meta_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_meta_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_meta_v1_meta_proto_goTypes = []any{
 	(InodeType)(0),          // 0: sluice.meta.v1.InodeType
 	(*Layout)(nil),          // 1: sluice.meta.v1.Layout
@@ -1708,36 +1822,37 @@ var file_meta_v1_meta_proto_goTypes = []any{
 	(*DirEntry)(nil),        // 3: sluice.meta.v1.DirEntry
 	(*Command)(nil),         // 4: sluice.meta.v1.Command
 	(*MknodOp)(nil),         // 5: sluice.meta.v1.MknodOp
-	(*XattrOp)(nil),         // 6: sluice.meta.v1.XattrOp
-	(*SessionOp)(nil),       // 7: sluice.meta.v1.SessionOp
-	(*MkdirOp)(nil),         // 8: sluice.meta.v1.MkdirOp
-	(*CreateOp)(nil),        // 9: sluice.meta.v1.CreateOp
-	(*SymlinkOp)(nil),       // 10: sluice.meta.v1.SymlinkOp
-	(*LinkOp)(nil),          // 11: sluice.meta.v1.LinkOp
-	(*RemoveOp)(nil),        // 12: sluice.meta.v1.RemoveOp
-	(*RenameOp)(nil),        // 13: sluice.meta.v1.RenameOp
-	(*SetattrOp)(nil),       // 14: sluice.meta.v1.SetattrOp
-	(*Result)(nil),          // 15: sluice.meta.v1.Result
-	(*mgmtdpb.Command)(nil), // 16: sluice.mgmtd.v1.Command
+	(*Lock)(nil),            // 6: sluice.meta.v1.Lock
+	(*XattrOp)(nil),         // 7: sluice.meta.v1.XattrOp
+	(*SessionOp)(nil),       // 8: sluice.meta.v1.SessionOp
+	(*MkdirOp)(nil),         // 9: sluice.meta.v1.MkdirOp
+	(*CreateOp)(nil),        // 10: sluice.meta.v1.CreateOp
+	(*SymlinkOp)(nil),       // 11: sluice.meta.v1.SymlinkOp
+	(*LinkOp)(nil),          // 12: sluice.meta.v1.LinkOp
+	(*RemoveOp)(nil),        // 13: sluice.meta.v1.RemoveOp
+	(*RenameOp)(nil),        // 14: sluice.meta.v1.RenameOp
+	(*SetattrOp)(nil),       // 15: sluice.meta.v1.SetattrOp
+	(*Result)(nil),          // 16: sluice.meta.v1.Result
+	(*mgmtdpb.Command)(nil), // 17: sluice.mgmtd.v1.Command
 }
 var file_meta_v1_meta_proto_depIdxs = []int32{
 	0,  // 0: sluice.meta.v1.Inode.type:type_name -> sluice.meta.v1.InodeType
 	1,  // 1: sluice.meta.v1.Inode.layout:type_name -> sluice.meta.v1.Layout
 	0,  // 2: sluice.meta.v1.DirEntry.type:type_name -> sluice.meta.v1.InodeType
-	8,  // 3: sluice.meta.v1.Command.mkdir:type_name -> sluice.meta.v1.MkdirOp
-	9,  // 4: sluice.meta.v1.Command.create:type_name -> sluice.meta.v1.CreateOp
-	10, // 5: sluice.meta.v1.Command.symlink:type_name -> sluice.meta.v1.SymlinkOp
-	11, // 6: sluice.meta.v1.Command.link:type_name -> sluice.meta.v1.LinkOp
-	12, // 7: sluice.meta.v1.Command.unlink:type_name -> sluice.meta.v1.RemoveOp
-	12, // 8: sluice.meta.v1.Command.rmdir:type_name -> sluice.meta.v1.RemoveOp
-	13, // 9: sluice.meta.v1.Command.rename:type_name -> sluice.meta.v1.RenameOp
-	14, // 10: sluice.meta.v1.Command.setattr:type_name -> sluice.meta.v1.SetattrOp
-	16, // 11: sluice.meta.v1.Command.cluster:type_name -> sluice.mgmtd.v1.Command
-	7,  // 12: sluice.meta.v1.Command.open_session:type_name -> sluice.meta.v1.SessionOp
-	7,  // 13: sluice.meta.v1.Command.close_session:type_name -> sluice.meta.v1.SessionOp
+	9,  // 3: sluice.meta.v1.Command.mkdir:type_name -> sluice.meta.v1.MkdirOp
+	10, // 4: sluice.meta.v1.Command.create:type_name -> sluice.meta.v1.CreateOp
+	11, // 5: sluice.meta.v1.Command.symlink:type_name -> sluice.meta.v1.SymlinkOp
+	12, // 6: sluice.meta.v1.Command.link:type_name -> sluice.meta.v1.LinkOp
+	13, // 7: sluice.meta.v1.Command.unlink:type_name -> sluice.meta.v1.RemoveOp
+	13, // 8: sluice.meta.v1.Command.rmdir:type_name -> sluice.meta.v1.RemoveOp
+	14, // 9: sluice.meta.v1.Command.rename:type_name -> sluice.meta.v1.RenameOp
+	15, // 10: sluice.meta.v1.Command.setattr:type_name -> sluice.meta.v1.SetattrOp
+	17, // 11: sluice.meta.v1.Command.cluster:type_name -> sluice.mgmtd.v1.Command
+	8,  // 12: sluice.meta.v1.Command.open_session:type_name -> sluice.meta.v1.SessionOp
+	8,  // 13: sluice.meta.v1.Command.close_session:type_name -> sluice.meta.v1.SessionOp
 	5,  // 14: sluice.meta.v1.Command.mknod:type_name -> sluice.meta.v1.MknodOp
-	6,  // 15: sluice.meta.v1.Command.set_xattr:type_name -> sluice.meta.v1.XattrOp
-	6,  // 16: sluice.meta.v1.Command.remove_xattr:type_name -> sluice.meta.v1.XattrOp
+	7,  // 15: sluice.meta.v1.Command.set_xattr:type_name -> sluice.meta.v1.XattrOp
+	7,  // 16: sluice.meta.v1.Command.remove_xattr:type_name -> sluice.meta.v1.XattrOp
 	0,  // 17: sluice.meta.v1.MknodOp.type:type_name -> sluice.meta.v1.InodeType
 	2,  // 18: sluice.meta.v1.Result.inode:type_name -> sluice.meta.v1.Inode
 	19, // [19:19] is the sub-list for method output_type
@@ -1771,15 +1886,15 @@ func file_meta_v1_meta_proto_init() {
 		(*Command_SetXattr)(nil),
 		(*Command_RemoveXattr)(nil),
 	}
-	file_meta_v1_meta_proto_msgTypes[6].OneofWrappers = []any{}
-	file_meta_v1_meta_proto_msgTypes[13].OneofWrappers = []any{}
+	file_meta_v1_meta_proto_msgTypes[7].OneofWrappers = []any{}
+	file_meta_v1_meta_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_meta_proto_rawDesc), len(file_meta_v1_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   15,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

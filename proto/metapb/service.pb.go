@@ -1043,9 +1043,12 @@ func (x *CloseRequest) GetWritten() uint64 {
 }
 
 type KeepOpenRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Client        uint64                 `protobuf:"varint,1,opt,name=client,proto3" json:"client,omitempty"`
-	Inodes        []uint64               `protobuf:"varint,2,rep,packed,name=inodes,proto3" json:"inodes,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Client uint64                 `protobuf:"varint,1,opt,name=client,proto3" json:"client,omitempty"`
+	Inodes []uint64               `protobuf:"varint,2,rep,packed,name=inodes,proto3" json:"inodes,omitempty"`
+	// The locks the client holds: renewing keeps them, and a new leader
+	// learns them.
+	Locks         []*Lock `protobuf:"bytes,3,rep,name=locks,proto3" json:"locks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1094,6 +1097,127 @@ func (x *KeepOpenRequest) GetInodes() []uint64 {
 	return nil
 }
 
+func (x *KeepOpenRequest) GetLocks() []*Lock {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+type LockRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lock          *Lock                  `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	Test          bool                   `protobuf:"varint,2,opt,name=test,proto3" json:"test,omitempty"` // only say what would conflict (F_GETLK)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockRequest) Reset() {
+	*x = LockRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockRequest) ProtoMessage() {}
+
+func (x *LockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
+func (*LockRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LockRequest) GetLock() *Lock {
+	if x != nil {
+		return x.Lock
+	}
+	return nil
+}
+
+func (x *LockRequest) GetTest() bool {
+	if x != nil {
+		return x.Test
+	}
+	return false
+}
+
+// LockReply: granted, or the lock in the way; retry when a new leader is
+// still learning the locks clients hold (ask again shortly).
+type LockReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Granted       bool                   `protobuf:"varint,1,opt,name=granted,proto3" json:"granted,omitempty"`
+	Conflict      *Lock                  `protobuf:"bytes,2,opt,name=conflict,proto3" json:"conflict,omitempty"`
+	Retry         bool                   `protobuf:"varint,3,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockReply) Reset() {
+	*x = LockReply{}
+	mi := &file_meta_v1_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockReply) ProtoMessage() {}
+
+func (x *LockReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockReply.ProtoReflect.Descriptor instead.
+func (*LockReply) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LockReply) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
+func (x *LockReply) GetConflict() *Lock {
+	if x != nil {
+		return x.Conflict
+	}
+	return nil
+}
+
+func (x *LockReply) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
+}
+
 // SetattrRequest changes the attributes that are set.
 type SetattrRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1113,7 +1237,7 @@ type SetattrRequest struct {
 
 func (x *SetattrRequest) Reset() {
 	*x = SetattrRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[16]
+	mi := &file_meta_v1_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1249,7 @@ func (x *SetattrRequest) String() string {
 func (*SetattrRequest) ProtoMessage() {}
 
 func (x *SetattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[16]
+	mi := &file_meta_v1_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1262,7 @@ func (x *SetattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrRequest.ProtoReflect.Descriptor instead.
 func (*SetattrRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{16}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetattrRequest) GetPath() string {
@@ -1227,7 +1351,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[17]
+	mi := &file_meta_v1_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1239,7 +1363,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[17]
+	mi := &file_meta_v1_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1252,7 +1376,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{17}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LinkRequest) GetPath() string {
@@ -1314,7 +1438,7 @@ type MknodRequest struct {
 
 func (x *MknodRequest) Reset() {
 	*x = MknodRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[18]
+	mi := &file_meta_v1_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1326,7 +1450,7 @@ func (x *MknodRequest) String() string {
 func (*MknodRequest) ProtoMessage() {}
 
 func (x *MknodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[18]
+	mi := &file_meta_v1_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1339,7 +1463,7 @@ func (x *MknodRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MknodRequest.ProtoReflect.Descriptor instead.
 func (*MknodRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{18}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *MknodRequest) GetPath() string {
@@ -1423,7 +1547,7 @@ type XattrRequest struct {
 
 func (x *XattrRequest) Reset() {
 	*x = XattrRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[19]
+	mi := &file_meta_v1_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1435,7 +1559,7 @@ func (x *XattrRequest) String() string {
 func (*XattrRequest) ProtoMessage() {}
 
 func (x *XattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[19]
+	mi := &file_meta_v1_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1448,7 +1572,7 @@ func (x *XattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use XattrRequest.ProtoReflect.Descriptor instead.
 func (*XattrRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{19}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *XattrRequest) GetPath() string {
@@ -1511,7 +1635,7 @@ type XattrReply struct {
 
 func (x *XattrReply) Reset() {
 	*x = XattrReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[20]
+	mi := &file_meta_v1_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1523,7 +1647,7 @@ func (x *XattrReply) String() string {
 func (*XattrReply) ProtoMessage() {}
 
 func (x *XattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[20]
+	mi := &file_meta_v1_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1536,7 +1660,7 @@ func (x *XattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use XattrReply.ProtoReflect.Descriptor instead.
 func (*XattrReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{20}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *XattrReply) GetValue() []byte {
@@ -1561,7 +1685,7 @@ type StatfsRequest struct {
 
 func (x *StatfsRequest) Reset() {
 	*x = StatfsRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[21]
+	mi := &file_meta_v1_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1697,7 @@ func (x *StatfsRequest) String() string {
 func (*StatfsRequest) ProtoMessage() {}
 
 func (x *StatfsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[21]
+	mi := &file_meta_v1_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1710,7 @@ func (x *StatfsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsRequest.ProtoReflect.Descriptor instead.
 func (*StatfsRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{21}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{23}
 }
 
 type StatfsReply struct {
@@ -1609,7 +1733,7 @@ type StatfsReply struct {
 
 func (x *StatfsReply) Reset() {
 	*x = StatfsReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[22]
+	mi := &file_meta_v1_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1621,7 +1745,7 @@ func (x *StatfsReply) String() string {
 func (*StatfsReply) ProtoMessage() {}
 
 func (x *StatfsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[22]
+	mi := &file_meta_v1_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1634,7 +1758,7 @@ func (x *StatfsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsReply.ProtoReflect.Descriptor instead.
 func (*StatfsReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{22}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatfsReply) GetInodes() uint64 {
@@ -1698,7 +1822,7 @@ type TargetSpace struct {
 
 func (x *TargetSpace) Reset() {
 	*x = TargetSpace{}
-	mi := &file_meta_v1_service_proto_msgTypes[23]
+	mi := &file_meta_v1_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1710,7 +1834,7 @@ func (x *TargetSpace) String() string {
 func (*TargetSpace) ProtoMessage() {}
 
 func (x *TargetSpace) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[23]
+	mi := &file_meta_v1_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1723,7 +1847,7 @@ func (x *TargetSpace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetSpace.ProtoReflect.Descriptor instead.
 func (*TargetSpace) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{23}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TargetSpace) GetTarget() uint32 {
@@ -1829,10 +1953,18 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\awritten\x18\a \x01(\x04H\x01R\awritten\x88\x01\x01B\a\n" +
 	"\x05_sizeB\n" +
 	"\n" +
-	"\b_written\"A\n" +
+	"\b_written\"m\n" +
 	"\x0fKeepOpenRequest\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\x04R\x06client\x12\x16\n" +
-	"\x06inodes\x18\x02 \x03(\x04R\x06inodes\"\xba\x02\n" +
+	"\x06inodes\x18\x02 \x03(\x04R\x06inodes\x12*\n" +
+	"\x05locks\x18\x03 \x03(\v2\x14.sluice.meta.v1.LockR\x05locks\"K\n" +
+	"\vLockRequest\x12(\n" +
+	"\x04lock\x18\x01 \x01(\v2\x14.sluice.meta.v1.LockR\x04lock\x12\x12\n" +
+	"\x04test\x18\x02 \x01(\bR\x04test\"m\n" +
+	"\tLockReply\x12\x18\n" +
+	"\agranted\x18\x01 \x01(\bR\agranted\x120\n" +
+	"\bconflict\x18\x02 \x01(\v2\x14.sluice.meta.v1.LockR\bconflict\x12\x14\n" +
+	"\x05retry\x18\x03 \x01(\bR\x05retry\"\xba\x02\n" +
 	"\x0eSetattrRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\x04R\x02at\x12\x17\n" +
@@ -1895,7 +2027,7 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
 	"totalBytes\x12\x1d\n" +
 	"\n" +
-	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes2\xed\v\n" +
+	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes2\xad\f\n" +
 	"\x04Meta\x12:\n" +
 	"\x04Stat\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Inode\x12M\n" +
 	"\tBatchStat\x12 .sluice.meta.v1.BatchStatRequest\x1a\x1e.sluice.meta.v1.BatchStatReply\x12>\n" +
@@ -1916,7 +2048,8 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\bGetXattr\x12\x1c.sluice.meta.v1.XattrRequest\x1a\x1a.sluice.meta.v1.XattrReply\x12D\n" +
 	"\tListXattr\x12\x1b.sluice.meta.v1.PathRequest\x1a\x1a.sluice.meta.v1.XattrReply\x12?\n" +
 	"\bSetXattr\x12\x1c.sluice.meta.v1.XattrRequest\x1a\x15.sluice.meta.v1.Empty\x12B\n" +
-	"\vRemoveXattr\x12\x1c.sluice.meta.v1.XattrRequest\x1a\x15.sluice.meta.v1.Empty\x12D\n" +
+	"\vRemoveXattr\x12\x1c.sluice.meta.v1.XattrRequest\x1a\x15.sluice.meta.v1.Empty\x12>\n" +
+	"\x04Lock\x12\x1b.sluice.meta.v1.LockRequest\x1a\x19.sluice.meta.v1.LockReply\x12D\n" +
 	"\x06Statfs\x12\x1d.sluice.meta.v1.StatfsRequest\x1a\x1b.sluice.meta.v1.StatfsReply\x12A\n" +
 	"\tAddMember\x12\x1d.sluice.meta.v1.MemberRequest\x1a\x15.sluice.meta.v1.Empty\x12D\n" +
 	"\fRemoveMember\x12\x1d.sluice.meta.v1.MemberRequest\x1a\x15.sluice.meta.v1.EmptyB)Z'github.com/sluicefs/sluice/proto/metapbb\x06proto3"
@@ -1933,7 +2066,7 @@ func file_meta_v1_service_proto_rawDescGZIP() []byte {
 	return file_meta_v1_service_proto_rawDescData
 }
 
-var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_meta_v1_service_proto_goTypes = []any{
 	(*MemberRequest)(nil),    // 0: sluice.meta.v1.MemberRequest
 	(*Empty)(nil),            // 1: sluice.meta.v1.Empty
@@ -1951,76 +2084,84 @@ var file_meta_v1_service_proto_goTypes = []any{
 	(*OpenReply)(nil),        // 13: sluice.meta.v1.OpenReply
 	(*CloseRequest)(nil),     // 14: sluice.meta.v1.CloseRequest
 	(*KeepOpenRequest)(nil),  // 15: sluice.meta.v1.KeepOpenRequest
-	(*SetattrRequest)(nil),   // 16: sluice.meta.v1.SetattrRequest
-	(*LinkRequest)(nil),      // 17: sluice.meta.v1.LinkRequest
-	(*MknodRequest)(nil),     // 18: sluice.meta.v1.MknodRequest
-	(*XattrRequest)(nil),     // 19: sluice.meta.v1.XattrRequest
-	(*XattrReply)(nil),       // 20: sluice.meta.v1.XattrReply
-	(*StatfsRequest)(nil),    // 21: sluice.meta.v1.StatfsRequest
-	(*StatfsReply)(nil),      // 22: sluice.meta.v1.StatfsReply
-	(*TargetSpace)(nil),      // 23: sluice.meta.v1.TargetSpace
-	(*Inode)(nil),            // 24: sluice.meta.v1.Inode
-	(*DirEntry)(nil),         // 25: sluice.meta.v1.DirEntry
-	(InodeType)(0),           // 26: sluice.meta.v1.InodeType
+	(*LockRequest)(nil),      // 16: sluice.meta.v1.LockRequest
+	(*LockReply)(nil),        // 17: sluice.meta.v1.LockReply
+	(*SetattrRequest)(nil),   // 18: sluice.meta.v1.SetattrRequest
+	(*LinkRequest)(nil),      // 19: sluice.meta.v1.LinkRequest
+	(*MknodRequest)(nil),     // 20: sluice.meta.v1.MknodRequest
+	(*XattrRequest)(nil),     // 21: sluice.meta.v1.XattrRequest
+	(*XattrReply)(nil),       // 22: sluice.meta.v1.XattrReply
+	(*StatfsRequest)(nil),    // 23: sluice.meta.v1.StatfsRequest
+	(*StatfsReply)(nil),      // 24: sluice.meta.v1.StatfsReply
+	(*TargetSpace)(nil),      // 25: sluice.meta.v1.TargetSpace
+	(*Inode)(nil),            // 26: sluice.meta.v1.Inode
+	(*DirEntry)(nil),         // 27: sluice.meta.v1.DirEntry
+	(*Lock)(nil),             // 28: sluice.meta.v1.Lock
+	(InodeType)(0),           // 29: sluice.meta.v1.InodeType
 }
 var file_meta_v1_service_proto_depIdxs = []int32{
-	24, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
-	25, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
-	24, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
-	24, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
-	26, // 4: sluice.meta.v1.MknodRequest.type:type_name -> sluice.meta.v1.InodeType
-	23, // 5: sluice.meta.v1.StatfsReply.target_space:type_name -> sluice.meta.v1.TargetSpace
-	2,  // 6: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
-	3,  // 7: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
-	5,  // 8: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
-	7,  // 9: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
-	7,  // 10: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
-	8,  // 11: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
-	2,  // 12: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
-	2,  // 13: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
-	9,  // 14: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
-	10, // 15: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
-	12, // 16: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
-	14, // 17: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
-	15, // 18: sluice.meta.v1.Meta.KeepOpen:input_type -> sluice.meta.v1.KeepOpenRequest
-	16, // 19: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
-	17, // 20: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
-	18, // 21: sluice.meta.v1.Meta.Mknod:input_type -> sluice.meta.v1.MknodRequest
-	19, // 22: sluice.meta.v1.Meta.GetXattr:input_type -> sluice.meta.v1.XattrRequest
-	2,  // 23: sluice.meta.v1.Meta.ListXattr:input_type -> sluice.meta.v1.PathRequest
-	19, // 24: sluice.meta.v1.Meta.SetXattr:input_type -> sluice.meta.v1.XattrRequest
-	19, // 25: sluice.meta.v1.Meta.RemoveXattr:input_type -> sluice.meta.v1.XattrRequest
-	21, // 26: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
-	0,  // 27: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
-	0,  // 28: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
-	24, // 29: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
-	4,  // 30: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
-	6,  // 31: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
-	24, // 32: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
-	24, // 33: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
-	24, // 34: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
-	1,  // 35: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
-	1,  // 36: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
-	1,  // 37: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
-	11, // 38: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
-	13, // 39: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
-	1,  // 40: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
-	1,  // 41: sluice.meta.v1.Meta.KeepOpen:output_type -> sluice.meta.v1.Empty
-	24, // 42: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
-	24, // 43: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
-	24, // 44: sluice.meta.v1.Meta.Mknod:output_type -> sluice.meta.v1.Inode
-	20, // 45: sluice.meta.v1.Meta.GetXattr:output_type -> sluice.meta.v1.XattrReply
-	20, // 46: sluice.meta.v1.Meta.ListXattr:output_type -> sluice.meta.v1.XattrReply
-	1,  // 47: sluice.meta.v1.Meta.SetXattr:output_type -> sluice.meta.v1.Empty
-	1,  // 48: sluice.meta.v1.Meta.RemoveXattr:output_type -> sluice.meta.v1.Empty
-	22, // 49: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
-	1,  // 50: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
-	1,  // 51: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
-	29, // [29:52] is the sub-list for method output_type
-	6,  // [6:29] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	26, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
+	27, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
+	26, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
+	26, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
+	28, // 4: sluice.meta.v1.KeepOpenRequest.locks:type_name -> sluice.meta.v1.Lock
+	28, // 5: sluice.meta.v1.LockRequest.lock:type_name -> sluice.meta.v1.Lock
+	28, // 6: sluice.meta.v1.LockReply.conflict:type_name -> sluice.meta.v1.Lock
+	29, // 7: sluice.meta.v1.MknodRequest.type:type_name -> sluice.meta.v1.InodeType
+	25, // 8: sluice.meta.v1.StatfsReply.target_space:type_name -> sluice.meta.v1.TargetSpace
+	2,  // 9: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
+	3,  // 10: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
+	5,  // 11: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
+	7,  // 12: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
+	7,  // 13: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
+	8,  // 14: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
+	2,  // 15: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
+	2,  // 16: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
+	9,  // 17: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
+	10, // 18: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
+	12, // 19: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
+	14, // 20: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
+	15, // 21: sluice.meta.v1.Meta.KeepOpen:input_type -> sluice.meta.v1.KeepOpenRequest
+	18, // 22: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
+	19, // 23: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
+	20, // 24: sluice.meta.v1.Meta.Mknod:input_type -> sluice.meta.v1.MknodRequest
+	21, // 25: sluice.meta.v1.Meta.GetXattr:input_type -> sluice.meta.v1.XattrRequest
+	2,  // 26: sluice.meta.v1.Meta.ListXattr:input_type -> sluice.meta.v1.PathRequest
+	21, // 27: sluice.meta.v1.Meta.SetXattr:input_type -> sluice.meta.v1.XattrRequest
+	21, // 28: sluice.meta.v1.Meta.RemoveXattr:input_type -> sluice.meta.v1.XattrRequest
+	16, // 29: sluice.meta.v1.Meta.Lock:input_type -> sluice.meta.v1.LockRequest
+	23, // 30: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
+	0,  // 31: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
+	0,  // 32: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
+	26, // 33: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
+	4,  // 34: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
+	6,  // 35: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
+	26, // 36: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
+	26, // 37: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
+	26, // 38: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
+	1,  // 39: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
+	1,  // 40: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
+	1,  // 41: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
+	11, // 42: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
+	13, // 43: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
+	1,  // 44: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
+	1,  // 45: sluice.meta.v1.Meta.KeepOpen:output_type -> sluice.meta.v1.Empty
+	26, // 46: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
+	26, // 47: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
+	26, // 48: sluice.meta.v1.Meta.Mknod:output_type -> sluice.meta.v1.Inode
+	22, // 49: sluice.meta.v1.Meta.GetXattr:output_type -> sluice.meta.v1.XattrReply
+	22, // 50: sluice.meta.v1.Meta.ListXattr:output_type -> sluice.meta.v1.XattrReply
+	1,  // 51: sluice.meta.v1.Meta.SetXattr:output_type -> sluice.meta.v1.Empty
+	1,  // 52: sluice.meta.v1.Meta.RemoveXattr:output_type -> sluice.meta.v1.Empty
+	17, // 53: sluice.meta.v1.Meta.Lock:output_type -> sluice.meta.v1.LockReply
+	24, // 54: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
+	1,  // 55: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
+	1,  // 56: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
+	33, // [33:57] is the sub-list for method output_type
+	9,  // [9:33] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_service_proto_init() }
@@ -2030,14 +2171,14 @@ func file_meta_v1_service_proto_init() {
 	}
 	file_meta_v1_meta_proto_init()
 	file_meta_v1_service_proto_msgTypes[14].OneofWrappers = []any{}
-	file_meta_v1_service_proto_msgTypes[16].OneofWrappers = []any{}
+	file_meta_v1_service_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_service_proto_rawDesc), len(file_meta_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -43,6 +43,7 @@ const (
 	Meta_ListXattr_FullMethodName    = "/sluice.meta.v1.Meta/ListXattr"
 	Meta_SetXattr_FullMethodName     = "/sluice.meta.v1.Meta/SetXattr"
 	Meta_RemoveXattr_FullMethodName  = "/sluice.meta.v1.Meta/RemoveXattr"
+	Meta_Lock_FullMethodName         = "/sluice.meta.v1.Meta/Lock"
 	Meta_Statfs_FullMethodName       = "/sluice.meta.v1.Meta/Statfs"
 	Meta_AddMember_FullMethodName    = "/sluice.meta.v1.Meta/AddMember"
 	Meta_RemoveMember_FullMethodName = "/sluice.meta.v1.Meta/RemoveMember"
@@ -83,6 +84,11 @@ type MetaClient interface {
 	ListXattr(ctx context.Context, in *PathRequest, opts ...grpc.CallOption) (*XattrReply, error)
 	SetXattr(ctx context.Context, in *XattrRequest, opts ...grpc.CallOption) (*Empty, error)
 	RemoveXattr(ctx context.Context, in *XattrRequest, opts ...grpc.CallOption) (*Empty, error)
+	// Lock takes, changes or releases a file lock (flock or POSIX) held
+	// cluster-wide, or with test only says what would conflict (F_GETLK).
+	// Locks live in the leader's memory; a client's lapse when it stops
+	// renewing (KeepOpen), and a new leader learns them from the renewals.
+	Lock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*LockReply, error)
 	// Statfs counts the namespace's inodes and file bytes.
 	Statfs(ctx context.Context, in *StatfsRequest, opts ...grpc.CallOption) (*StatfsReply, error)
 	// Membership of the Raft group (admin).
@@ -298,6 +304,16 @@ func (c *metaClient) RemoveXattr(ctx context.Context, in *XattrRequest, opts ...
 	return out, nil
 }
 
+func (c *metaClient) Lock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*LockReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LockReply)
+	err := c.cc.Invoke(ctx, Meta_Lock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *metaClient) Statfs(ctx context.Context, in *StatfsRequest, opts ...grpc.CallOption) (*StatfsReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatfsReply)
@@ -363,6 +379,11 @@ type MetaServer interface {
 	ListXattr(context.Context, *PathRequest) (*XattrReply, error)
 	SetXattr(context.Context, *XattrRequest) (*Empty, error)
 	RemoveXattr(context.Context, *XattrRequest) (*Empty, error)
+	// Lock takes, changes or releases a file lock (flock or POSIX) held
+	// cluster-wide, or with test only says what would conflict (F_GETLK).
+	// Locks live in the leader's memory; a client's lapse when it stops
+	// renewing (KeepOpen), and a new leader learns them from the renewals.
+	Lock(context.Context, *LockRequest) (*LockReply, error)
 	// Statfs counts the namespace's inodes and file bytes.
 	Statfs(context.Context, *StatfsRequest) (*StatfsReply, error)
 	// Membership of the Raft group (admin).
@@ -437,6 +458,9 @@ func (UnimplementedMetaServer) SetXattr(context.Context, *XattrRequest) (*Empty,
 }
 func (UnimplementedMetaServer) RemoveXattr(context.Context, *XattrRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method RemoveXattr not implemented")
+}
+func (UnimplementedMetaServer) Lock(context.Context, *LockRequest) (*LockReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lock not implemented")
 }
 func (UnimplementedMetaServer) Statfs(context.Context, *StatfsRequest) (*StatfsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Statfs not implemented")
@@ -828,6 +852,24 @@ func _Meta_RemoveXattr_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_Lock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Lock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Lock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Lock(ctx, req.(*LockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meta_Statfs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatfsRequest)
 	if err := dec(in); err != nil {
@@ -968,6 +1010,10 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RemoveXattr",
 			Handler:    _Meta_RemoveXattr_Handler,
+		},
+		{
+			MethodName: "Lock",
+			Handler:    _Meta_Lock_Handler,
 		},
 		{
 			MethodName: "Statfs",

@@ -222,8 +222,15 @@ func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (ui
 
 // Flush comes with every close(2): the length written so far becomes
 // visible to every client, as after close on a local file system.
+// Flush publishes the length, and drops the POSIX locks of the closing
+// owner on the file, as close(2) does.
 func (fs *FS) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
-	return fs.sync("flush", in.NodeId, in.Fh)
+	if st := fs.sync("flush", in.NodeId, in.Fh); !st.Ok() {
+		return st
+	}
+	ctx, done := fs.op()
+	defer done()
+	return fs.status("flush", in.NodeId, fs.c.ReleaseLocksAt(ctx, in.NodeId, in.LockOwner, false))
 }
 
 func (fs *FS) Fsync(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
@@ -248,10 +255,21 @@ func (fs *FS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
 	if h == nil {
 		return
 	}
+	if in.ReleaseFlags&releaseFlockUnlock != 0 { // the last close of a file that held a flock
+		ctx, done := fs.op()
+		if err := fs.c.ReleaseLocksAt(ctx, in.NodeId, in.LockOwner, true); err != nil {
+			fs.errno("release", in.NodeId, err)
+		}
+		done()
+	}
 	if err := fs.drop(h.of); err != nil {
 		fs.errno("release", in.NodeId, err)
 	}
 }
+
+// releaseFlockUnlock is FUSE_RELEASE_FLOCK_UNLOCK: release the flocks of
+// the file's lock owner.
+const releaseFlockUnlock = 1 << 1
 
 func (of *openFile) read(ctx context.Context, p []byte, off int64) (int, error) {
 	of.mu.RLock()

@@ -81,11 +81,13 @@ type ControlConfig struct {
 	// CollectWorkers is how many files the collector removes at once
 	// (default 8).
 	CollectWorkers int
-	// CollectElectionWait is how long a new leader waits before it
-	// collects (default fsmeta.ReadLease, so that read leases reach it;
-	// negative: none, for a test whose clients all start with the cluster).
-	CollectElectionWait time.Duration
-	Logger              *slog.Logger
+	// ElectionWait is how long a new leader acts on none of the state
+	// clients renew in its memory: it collects nothing (read leases) and
+	// grants no file lock (held locks) until they have reached it
+	// (default fsmeta.ReadLease; negative: none, for a test whose clients
+	// all start with the cluster).
+	ElectionWait time.Duration
+	Logger       *slog.Logger
 }
 
 // Control is a running control-plane replica.
@@ -152,6 +154,9 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	c.gs = grpc.NewServer(grpc.ChainUnaryInterceptor(unary, c.metrics.Interceptor()), grpc.StreamInterceptor(stream))
 	metaSvc := meta.NewService(c.replica)
 	metaSvc.ReportSpace(det.TargetSpace)
+	if cfg.ElectionWait != 0 {
+		metaSvc.SetElectionWait(cfg.ElectionWait)
+	}
 	metapb.RegisterMetaServer(c.gs, metaSvc)
 	mgmtdpb.RegisterMgmtdServer(c.gs, mgmtd.NewService(c.replica, det))
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -214,7 +219,7 @@ func (c *Control) collect(ctx context.Context, tr fabric.Transport, cfg ControlC
 	}
 	defer ep.Close()
 	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: chunkio.NewClient(ep, rt), Map: c.replica.ClusterMap},
-		meta.CollectorConfig{Delay: cfg.CollectDelay, Workers: cfg.CollectWorkers, ElectionWait: cfg.CollectElectionWait,
+		meta.CollectorConfig{Delay: cfg.CollectDelay, Workers: cfg.CollectWorkers, ElectionWait: cfg.ElectionWait,
 			Metrics: c.metrics.Collector(), Logger: cfg.Logger})
 	c.collector.Store(col)
 	col.Run(ctx, cfg.CollectInterval)
@@ -511,12 +516,12 @@ type Config struct {
 	// ChunkSize is the root directory's chunk size (default 1 MiB).
 	ChunkSize int
 	// CollectDelay is how long unlinked files' chunks stay (default 1
-	// minute); CollectInterval and CollectElectionWait are
+	// minute); CollectInterval and ElectionWait are
 	// ControlConfig's.
-	CollectDelay        time.Duration
-	CollectInterval     time.Duration
-	CollectElectionWait time.Duration
-	Logger              *slog.Logger
+	CollectDelay    time.Duration
+	CollectInterval time.Duration
+	ElectionWait    time.Duration
+	Logger          *slog.Logger
 }
 
 // Cluster is a running embedded cluster.
@@ -551,7 +556,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c := &Cluster{Token: token, local: local.NewNetwork()}
 	c.control, err = StartControl(ctx, ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), Listen: cfg.Listen, Token: token,
 		ChunkSize: cfg.ChunkSize, Stripe: cfg.Targets, ExpectTargets: cfg.Targets, Replicas: cfg.Replicas, Local: c.local,
-		CollectDelay: cfg.CollectDelay, CollectInterval: cfg.CollectInterval, CollectElectionWait: cfg.CollectElectionWait, Logger: cfg.Logger})
+		CollectDelay: cfg.CollectDelay, CollectInterval: cfg.CollectInterval, ElectionWait: cfg.ElectionWait, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -31,10 +31,19 @@ type Service struct {
 	metapb.UnimplementedMetaServer
 	r     *Replica
 	space func() map[uint32]*mgmtdpb.TargetSpace
+	// lockWait is how long a new leader grants no lock, learning the ones
+	// clients hold from their renewals (fsmeta.ReadLease).
+	lockWait time.Duration
 }
 
 // NewService serves r.
-func NewService(r *Replica) *Service { return &Service{r: r} }
+func NewService(r *Replica) *Service { return &Service{r: r, lockWait: fsmeta.ReadLease} }
+
+// SetElectionWait sets how long a new leader grants no file lock, while it
+// learns the locks clients hold from their renewals (default
+// fsmeta.ReadLease; 0 or less: none, for a test cluster whose clients all
+// start with it).
+func (s *Service) SetElectionWait(d time.Duration) { s.lockWait = max(d, 0) }
 
 // ReportSpace has Statfs answer with the storage targets' space as space
 // returns it, by target (mgmtd.Detector.TargetSpace on the same replica):
@@ -283,7 +292,23 @@ func (s *Service) KeepOpen(ctx context.Context, req *metapb.KeepOpenRequest) (*m
 	if !s.r.IsLeader() {
 		return nil, toStatus(fsmeta.ErrNotLeader)
 	}
-	return &metapb.Empty{}, toStatus(s.r.readers.renew(req.Inodes, time.Now()))
+	now := time.Now()
+	s.r.locks.renew(s.r.raft.CurrentTerm(), req.Client, req.Locks, s.lockWait, now)
+	return &metapb.Empty{}, toStatus(s.r.readers.renew(req.Inodes, now))
+}
+
+// Lock takes, changes or releases a file lock, or with test says what
+// would conflict; see lockTable. Only the leader keeps locks.
+func (s *Service) Lock(ctx context.Context, req *metapb.LockRequest) (*metapb.LockReply, error) {
+	l := req.GetLock()
+	if l == nil || l.Type > fsmeta.LockUnlock || l.Start > l.End {
+		return nil, toStatus(fmt.Errorf("%w: lock %v", fabric.ErrBadRequest, l))
+	}
+	if !s.r.IsLeader() {
+		return nil, toStatus(s.r.notLeader())
+	}
+	conflict, retry := s.r.locks.lock(s.r.raft.CurrentTerm(), l, req.Test, s.lockWait, time.Now())
+	return &metapb.LockReply{Granted: conflict == nil && !retry && !req.Test, Conflict: conflict, Retry: retry}, nil
 }
 
 // Open looks the file up (with its chain table, so the client can place
