@@ -160,6 +160,7 @@ func (c *Client) Metrics() *Metrics { return c.metrics }
 
 // Close releases the connection.
 func (c *Client) Close() error {
+	c.releaseAllLocks()
 	if c.close != nil {
 		c.close()
 	}

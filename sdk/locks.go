@@ -120,3 +120,20 @@ func (c *Client) ReleaseLocksAt(ctx context.Context, ino, owner uint64, flock bo
 	}
 	return c.LockAt(ctx, ino, LockInfo{Type: LockUnlock, Start: 0, End: fsmeta.LockEnd, Flock: flock, Owner: owner}, false)
 }
+
+// releaseAllLocks gives up every lock this client holds, so that others
+// need not wait for them to lapse (Close); it tries for a short while and
+// leaves the rest to the lapse.
+func (c *Client) releaseAllLocks() {
+	held := c.locks.list()
+	if len(held) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, l := range held {
+		if err := c.ReleaseLocksAt(ctx, l.Ino, l.Owner, l.Flock); err != nil {
+			c.log.Debug("releasing a lock at close failed; it lapses", "inode", l.Ino, "err", err)
+		}
+	}
+}

@@ -461,3 +461,20 @@ func firstDiff(a, b []byte) int {
 	}
 	return min(len(a), len(b))
 }
+
+// TestCapabilityRemembered: the kernel reads security.capability before
+// every write; after the first, the mount answers from memory.
+func TestCapabilityRemembered(t *testing.T) {
+	mt := mount(t, 64<<10)
+	f, err := os.Create(filepath.Join(mt.dir, "w"))
+	must(t, err)
+	defer f.Close()
+	for i := range 64 {
+		if _, err := f.WriteAt(make([]byte, 4096), int64(i)*4096); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := mt.m.FS.Stats().CapsRemembered.Load(); n < 32 {
+		t.Fatalf("%d of 64 writes' capability checks answered from memory", n)
+	}
+}

@@ -92,6 +92,9 @@ func (fs *FS) String() string { return "sluice" }
 type Stats struct {
 	Windows        atomic.Int64 // windows fetched, each in one batched read
 	ReadaheadBytes atomic.Int64 // bytes the kernel got out of windows
+	// CapsRemembered counts the kernel's reads of security.capability
+	// (one before every write) answered from memory (xattr.go).
+	CapsRemembered atomic.Int64
 }
 
 // Stats is the mount's counters.

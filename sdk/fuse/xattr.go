@@ -20,6 +20,7 @@ import (
 func (fs *FS) GetXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string, dest []byte) (uint32, gofuse.Status) {
 	caps := attr == capability
 	if caps && fs.noCaps.has(h.NodeId) {
+		fs.stats.CapsRemembered.Add(1)
 		return 0, gofuse.ENOATTR
 	}
 	ctx, done := fs.op()
