@@ -42,11 +42,8 @@ func TestCollectorAfterLargestFile(t *testing.T) {
 	const delay = 2 * time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), Targets: 3, ChunkSize: 1 << 20,
+	c := startClusterWith(t, cluster.Config{Targets: 3, ChunkSize: 1 << 20,
 		CollectDelay: delay, CollectInterval: 100 * time.Millisecond, ElectionWait: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	defer c.Close()
 	cl := connect(t, c)
 	defer cl.Close()
@@ -61,7 +58,7 @@ func TestCollectorAfterLargestFile(t *testing.T) {
 	if fi, err := cl.Stat(ctx, "/huge"); err != nil || fi.Size() != fsmeta.MaxFileSize {
 		t.Fatalf("stat after truncating to %d: %v, %v", int64(fsmeta.MaxFileSize), fi, err)
 	}
-	err = cl.Truncate(ctx, "/huge", fsmeta.MaxFileSize+1)
+	err := cl.Truncate(ctx, "/huge", fsmeta.MaxFileSize+1)
 	if !errors.Is(err, ErrTooLarge) || Errno(err) != syscall.EFBIG {
 		t.Fatalf("truncate past the largest length: %v (errno %v), want EFBIG", err, Errno(err))
 	}

@@ -17,10 +17,7 @@ import (
 func TestLocks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), Targets: 1, ElectionWait: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := startClusterWith(t, cluster.Config{Targets: 1, ElectionWait: -1})
 	defer c.Close()
 	a, b := connect(t, c), connect(t, c)
 	defer b.Close()
