@@ -36,6 +36,11 @@ const (
 	Stale         fabric.Code = app + 108
 	NotLeader     fabric.Code = app + 109
 	TooManyLeases fabric.Code = app + 110
+	FileTooLarge  fabric.Code = app + 111
+	NoXattr       fabric.Code = app + 112
+	XattrRange    fabric.Code = app + 113
+	XattrTooBig   fabric.Code = app + 114
+	NotSupported  fabric.Code = app + 115
 )
 
 // Cluster management (mgmtd).

@@ -22,6 +22,17 @@ var (
 	ErrStale       = fabric.NewError(errcode.Stale, "meta: stale file handle")
 	// ErrTooManyLeases refuses read leases beyond what the leader keeps.
 	ErrTooManyLeases = fabric.NewError(errcode.TooManyLeases, "meta: too many files held open for reading")
+	// ErrFileTooLarge refuses a length or a write past MaxFileSize (EFBIG).
+	ErrFileTooLarge = fabric.NewError(errcode.FileTooLarge, "meta: file too large")
+	// Extended attributes: no such attribute (ENODATA), a name empty or
+	// too long (ERANGE), a value or list too big (E2BIG).
+	ErrNoXattr     = fabric.NewError(errcode.NoXattr, "meta: no such extended attribute")
+	ErrXattrRange  = fabric.NewError(errcode.XattrRange, "meta: extended attribute name empty or too long")
+	ErrXattrTooBig = fabric.NewError(errcode.XattrTooBig, "meta: extended attribute too big")
+	// ErrNotSupported: an operation Sluice does not do on that inode or
+	// with those arguments (EOPNOTSUPP), such as an extended attribute
+	// outside the user, trusted and security namespaces.
+	ErrNotSupported = fabric.NewError(errcode.NotSupported, "meta: operation not supported")
 )
 
 // ErrNotLeader: this replica cannot take the request; the error names the

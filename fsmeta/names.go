@@ -10,6 +10,20 @@ const (
 	MaxName = 255 // bytes in one name
 )
 
+// MaxFileSize is the largest length a file may have, 16 TiB (ext4's
+// limit): a truncate or a write past it is refused with ErrFileTooLarge
+// (EFBIG). Chunk indexes are 32 bits, so it also needs chunks of 4 KiB or
+// more; every layout's are.
+const MaxFileSize = 1 << 44
+
+// CheckSize refuses a file length past MaxFileSize.
+func CheckSize(size uint64) error {
+	if size > MaxFileSize {
+		return fmt.Errorf("%w: length %d, limit %d", ErrFileTooLarge, size, uint64(MaxFileSize))
+	}
+	return nil
+}
+
 // CheckName refuses names no directory may hold.
 func CheckName(name string) error {
 	switch {

@@ -96,6 +96,19 @@ func (c *Client) CreateAt(ctx context.Context, at uint64, p string, o Owner) (*F
 	return info("create", at, p, in, err)
 }
 
+// CreateTempAt makes a file with no name in the directory (at, p), as
+// open(2)'s O_TMPFILE does (it does not open it): LinkAt gives it a name;
+// without one it is collected once no handle has it open.
+func (c *Client) CreateTempAt(ctx context.Context, at uint64, p string, o Owner) (*FileInfo, error) {
+	if err := checkPath("create", at, p); err != nil {
+		return nil, err
+	}
+	cctx, done := c.call(ctx)
+	defer done()
+	in, err := c.meta.Create(cctx, &metapb.MakeRequest{At: at, Path: p, Mode: o.Mode, Uid: o.UID, Gid: o.GID, Tmpfile: true, Client: c.id, Seq: c.next()})
+	return info("create", at, p, in, err)
+}
+
 // SymlinkAt makes (at, p) a symbolic link to target.
 func (c *Client) SymlinkAt(ctx context.Context, at uint64, p, target string, o Owner) (*FileInfo, error) {
 	if err := checkPath("symlink", at, p); err != nil {

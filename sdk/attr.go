@@ -147,23 +147,32 @@ func (f *File) Sync(ctx context.Context) error {
 	if f.session == 0 {
 		return nil
 	}
-	return f.c.closeSession(ctx, f, uint64(f.Size()), true)
+	return f.c.closeSession(ctx, f, true)
 }
 
 // Truncate sets the file's length. Shrinking removes the chunks wholly
 // past the new end from storage and overwrites the rest of the chunk the
 // end falls in with zeros, so that a later extension reads zeros there, as
-// POSIX wants; then the namespace records the length. It works on any
+// POSIX wants; then the namespace records the length. Only chunks below
+// the file's written mark (and what this handle wrote) can hold bytes, so
+// only those are touched, however long the file was. A length past
+// fsmeta.MaxFileSize is refused with ErrTooLarge (EFBIG). It works on any
 // handle (permission is the caller's business, as for ftruncate).
 func (f *File) Truncate(ctx context.Context, size int64) error {
 	if size < 0 {
 		return fmt.Errorf("truncate %s: negative length: %w", f.name, ErrInvalid)
 	}
+	if size > f.maxSize() {
+		return fmt.Errorf("truncate %s: length %d, limit %d: %w", f.name, size, f.maxSize(), ErrTooLarge)
+	}
 	cur, err := f.c.StatAt(ctx, f.in.Ino, "")
 	if err != nil {
 		return err
 	}
-	if old := uint64(max(cur.Size(), f.Size())); uint64(size) < old {
+	f.mu.Lock()
+	old := min(max(uint64(cur.Size()), f.size), max(cur.written, f.wrote))
+	f.mu.Unlock()
+	if uint64(size) < old {
 		if err := f.trim(ctx, uint64(size), old); err != nil {
 			return fmt.Errorf("truncate %s: %w", f.name, err)
 		}
@@ -180,6 +189,87 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	return nil
 }
 
+// Allocate is fallocate(2) for the modes that make sense for chunks, which
+// storage allocates as they are written: the default mode extends the
+// file's length to off+n if it is shorter (the new bytes read as zeros),
+// keepSize (FALLOC_FL_KEEP_SIZE) changes nothing. Neither reserves space
+// on storage. A negative offset or a length of 0 or less is ErrInvalid, an
+// end past fsmeta.MaxFileSize ErrTooLarge.
+func (f *File) Allocate(ctx context.Context, off, n int64, keepSize bool) error {
+	if off < 0 || n <= 0 {
+		return fmt.Errorf("fallocate %s: offset %d, length %d: %w", f.name, off, n, ErrInvalid)
+	}
+	if off > f.maxSize()-n {
+		return fmt.Errorf("fallocate %s: [%d:+%d] past the largest file (%d bytes): %w", f.name, off, n, f.maxSize(), ErrTooLarge)
+	}
+	if keepSize {
+		return nil
+	}
+	cur, err := f.c.StatAt(ctx, f.in.Ino, "")
+	if err != nil {
+		return err
+	}
+	if off+n > max(cur.Size(), f.Size()) {
+		return f.Truncate(ctx, off+n)
+	}
+	return nil
+}
+
+// PunchHole is fallocate(2)'s FALLOC_FL_PUNCH_HOLE (which Linux takes only
+// with FALLOC_FL_KEEP_SIZE): [off, off+n) reads as zeros afterwards and the
+// length stays. The chunks wholly inside the range are removed from
+// storage, the parts of chunks at its ends overwritten with zeros; nothing
+// past the length or the file's written mark is touched, as nothing there
+// can hold bytes. A negative offset or a length of 0 or less is ErrInvalid.
+func (f *File) PunchHole(ctx context.Context, off, n int64) error {
+	if off < 0 || n <= 0 {
+		return fmt.Errorf("punch a hole in %s: offset %d, length %d: %w", f.name, off, n, ErrInvalid)
+	}
+	cur, err := f.c.StatAt(ctx, f.in.Ino, "")
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	end := min(uint64(off)+uint64(n), max(uint64(cur.Size()), f.size), max(cur.written, f.wrote))
+	f.mu.Unlock()
+	start, cs := uint64(off), uint64(f.in.Layout.GetChunkSize())
+	if start >= end || cs == 0 {
+		return nil
+	}
+	first, last := (start+cs-1)/cs, end/cs // chunks [first, last) lie wholly inside
+	if first >= last {
+		return f.zero(ctx, start, end)
+	}
+	if err := f.zero(ctx, start, first*cs); err != nil {
+		return err
+	}
+	if err := f.zero(ctx, last*cs, end); err != nil {
+		return err
+	}
+	return f.removeChunks(ctx, first, last)
+}
+
+// zero overwrites [from, to), which lies within one chunk, with zeros.
+func (f *File) zero(ctx context.Context, from, to uint64) error {
+	if to <= from {
+		return nil
+	}
+	_, err := f.put(ctx, make([]byte, to-from), int64(from))
+	return err
+}
+
+// removeChunks removes chunks [from, to) of the file from storage.
+func (f *File) removeChunks(ctx context.Context, from, to uint64) error {
+	cctx, done := f.c.call(ctx)
+	defer done()
+	for i := from; i < to; i++ {
+		if err := f.c.store.Remove(cctx, f.chain(i), chunkio.ID{Inode: f.in.Ino, Index: uint32(i)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // trim makes [size, old) read as zeros: the chunk size falls in gets zeros
 // from there to its end, and the chunks after it are removed.
 func (f *File) trim(ctx context.Context, size, old uint64) error {
@@ -188,17 +278,8 @@ func (f *File) trim(ctx context.Context, size, old uint64) error {
 		return nil
 	}
 	next := (size + cs - 1) / cs // the first chunk wholly past size
-	if end := min(next*cs, old); end > size {
-		if _, err := f.put(ctx, make([]byte, end-size), int64(size)); err != nil {
-			return err
-		}
+	if err := f.zero(ctx, size, min(next*cs, old)); err != nil {
+		return err
 	}
-	cctx, done := f.c.call(ctx)
-	defer done()
-	for i := next; i < (old+cs-1)/cs; i++ {
-		if err := f.c.store.Remove(cctx, f.chain(i), chunkio.ID{Inode: f.in.Ino, Index: uint32(i)}); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f.removeChunks(ctx, next, (old+cs-1)/cs)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/routing"
 )
 
@@ -154,10 +155,12 @@ func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
 	return errs
 }
 
-// grow extends the length this handle knows to cover end.
+// grow extends the length this handle knows, and the end of what it
+// wrote, to cover end.
 func (f *File) grow(end uint64) {
 	f.mu.Lock()
 	f.size = max(f.size, end)
+	f.wrote = max(f.wrote, end)
 	f.mu.Unlock()
 }
 
@@ -180,7 +183,7 @@ func checkWrite(op WriteOp) error {
 	case op.BufOff < 0 || op.BufOff > len(op.Buf.B) || op.N > len(op.Buf.B)-op.BufOff:
 		return fmt.Errorf("write %s: range [%d:+%d] outside its buffer of %d bytes: %w", op.File.name, op.BufOff, op.N, len(op.Buf.B), ErrOutOfRange)
 	case op.Off > op.File.maxSize()-int64(op.N):
-		return fmt.Errorf("write %s: [%d:+%d] past the largest file its layout allows (%d bytes): %w", op.File.name, op.Off, op.N, op.File.maxSize(), ErrTooLarge)
+		return fmt.Errorf("write %s: [%d:+%d] past the largest file (%d bytes): %w", op.File.name, op.Off, op.N, op.File.maxSize(), ErrTooLarge)
 	}
 	return nil
 }
@@ -198,9 +201,12 @@ func checkRead(op ReadOp) error {
 	return nil
 }
 
-// maxSize is the largest length the file's layout allows: chunk indexes
-// are 32 bits.
-func (f *File) maxSize() int64 { return int64(f.in.Layout.GetChunkSize()) << 32 }
+// maxSize is the largest length the file may have: fsmeta.MaxFileSize,
+// or less where its layout's chunks are too small for 32-bit chunk
+// indexes to reach that far.
+func (f *File) maxSize() int64 {
+	return min(int64(f.in.Layout.GetChunkSize())<<32, fsmeta.MaxFileSize)
+}
 
 // ReadOp is one range of a batched read: N bytes of File at Off into Buf at
 // BufOff.

@@ -73,6 +73,7 @@ type Client struct {
 	timeout time.Duration // OpTimeout; 0 for none
 	metrics *Metrics
 	leases  readLeases
+	locks   heldLocks      // file locks held (locks.go), renewed with the leases
 	wg      sync.WaitGroup // renewLeases
 
 	// closing ends when Close begins. It is a signal, not a parent: a call
@@ -159,6 +160,7 @@ func (c *Client) Metrics() *Metrics { return c.metrics }
 
 // Close releases the connection.
 func (c *Client) Close() error {
+	c.releaseAllLocks()
 	if c.close != nil {
 		c.close()
 	}
@@ -318,6 +320,7 @@ type File struct {
 
 	mu     sync.Mutex
 	size   uint64
+	wrote  uint64 // the end of what this handle wrote: the file's written mark at Close
 	closed bool
 }
 
@@ -337,12 +340,16 @@ func (f *File) Size() int64 {
 	return int64(f.size)
 }
 
-// closeSession records the file's length and ends its write session, or
-// with keep (fsync) keeps it.
-func (c *Client) closeSession(ctx context.Context, f *File, size uint64, keep bool) error {
+// closeSession records the file's length, and the end of what the handle
+// wrote (which bounds the chunks the collector removes), and ends its write
+// session, or with keep (fsync) keeps it.
+func (c *Client) closeSession(ctx context.Context, f *File, keep bool) error {
+	f.mu.Lock()
+	size, wrote := f.size, f.wrote
+	f.mu.Unlock()
 	cctx, done := c.call(ctx)
 	defer done()
-	_, err := c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Size: &size, KeepOpen: keep, Client: c.id, Seq: c.next()})
+	_, err := c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Size: &size, Written: &wrote, KeepOpen: keep, Client: c.id, Seq: c.next()})
 	return c.timedOut(cctx, fsErr("close", f.name, err))
 }
 

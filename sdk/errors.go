@@ -47,7 +47,16 @@ var (
 	// Batched I/O (ReadBatch, WriteBatch, the agent).
 	ErrNotWritable = errors.New("sluice: file not open for writing")
 	ErrOutOfRange  = errors.New("sluice: range outside its buffer")
-	ErrTooLarge    = errors.New("sluice: file too large")
+	ErrTooLarge    = fsmeta.ErrFileTooLarge // past fsmeta.MaxFileSize (EFBIG)
+
+	// Extended attributes: none of that name (ENODATA), a name empty or
+	// too long (ERANGE), a value or list too big (E2BIG); and what Sluice
+	// does not do (EOPNOTSUPP), such as a namespace other than user,
+	// trusted and security.
+	ErrNoXattr      = fsmeta.ErrNoXattr
+	ErrXattrRange   = fsmeta.ErrXattrRange
+	ErrXattrTooBig  = fsmeta.ErrXattrTooBig
+	ErrNotSupported = fsmeta.ErrNotSupported
 
 	// ErrTimeout: a call ran past Config.OpTimeout. It matches
 	// context.DeadlineExceeded too.
@@ -114,6 +123,11 @@ var errnos = []struct {
 	{ErrNotWritable, syscall.EBADF},
 	{ErrOutOfRange, syscall.EINVAL},
 	{ErrTooLarge, syscall.EFBIG},
+	{ErrNoXattr, syscall.ENODATA},
+	{ErrXattrRange, syscall.ERANGE},
+	{ErrXattrTooBig, syscall.E2BIG},
+	{ErrNotSupported, syscall.EOPNOTSUPP},
+	{ErrLocked, syscall.EAGAIN},
 	{context.Canceled, syscall.EINTR},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
 }

@@ -138,12 +138,13 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 	if off < 0 {
 		return 0, fmt.Errorf("write %s: negative offset", f.name)
 	}
+	if off > f.maxSize()-int64(len(p)) {
+		return 0, fmt.Errorf("write %s: [%d:+%d] past the largest file (%d bytes): %w", f.name, off, len(p), f.maxSize(), ErrTooLarge)
+	}
 	if n, err := f.put(ctx, p, off); err != nil {
 		return n, err
 	}
-	f.mu.Lock()
-	f.size = max(f.size, uint64(off)+uint64(len(p)))
-	f.mu.Unlock()
+	f.grow(uint64(off) + uint64(len(p)))
 	return len(p), nil
 }
 
@@ -216,11 +217,10 @@ func (f *File) Close() error {
 		return errors.New("sluice: file already closed")
 	}
 	f.closed = true
-	size := f.size
 	f.mu.Unlock()
 	if f.session == 0 {
 		f.c.leases.release(f.in.Ino)
 		return nil
 	}
-	return f.c.closeSession(context.Background(), f, size, false)
+	return f.c.closeSession(context.Background(), f, false)
 }

@@ -26,6 +26,8 @@ type FileInfo struct {
 	atime, mtime, ctime time.Time
 	target              string
 	chunkSize           uint32
+	written             uint64 // files: the written mark (metapb.Inode.written), or the length where there is none
+	rdev                uint32
 }
 
 var _ fs.FileInfo = (*FileInfo)(nil)
@@ -36,10 +38,14 @@ func newFileInfo(name string, in *metapb.Inode) *FileInfo {
 	if in == nil {
 		return nil
 	}
-	return &FileInfo{name: name, ino: in.Ino, mode: typeMode[in.Type] | unixPerm(in.Mode),
+	fi := &FileInfo{name: name, ino: in.Ino, mode: typeMode[in.Type] | unixPerm(in.Mode),
 		size: int64(in.Size), nlink: in.Nlink, uid: in.Uid, gid: in.Gid,
 		atime: time.Unix(0, in.AtimeNs), mtime: time.Unix(0, in.MtimeNs), ctime: time.Unix(0, in.CtimeNs),
-		target: in.Target, chunkSize: in.Layout.GetChunkSize()}
+		target: in.Target, chunkSize: in.Layout.GetChunkSize(), written: in.Size, rdev: in.Rdev}
+	if in.Written != nil {
+		fi.written = *in.Written
+	}
+	return fi
 }
 
 // baseName is the name FileInfo.Name reports for (at, p): its last name,
@@ -56,9 +62,13 @@ func baseName(at uint64, p string) string {
 
 // typeMode is each inode type's fs.FileMode type bits.
 var typeMode = map[metapb.InodeType]fs.FileMode{
-	metapb.InodeType_FILE:      0,
-	metapb.InodeType_DIRECTORY: fs.ModeDir,
-	metapb.InodeType_SYMLINK:   fs.ModeSymlink,
+	metapb.InodeType_FILE:         0,
+	metapb.InodeType_DIRECTORY:    fs.ModeDir,
+	metapb.InodeType_SYMLINK:      fs.ModeSymlink,
+	metapb.InodeType_FIFO:         fs.ModeNamedPipe,
+	metapb.InodeType_CHAR_DEVICE:  fs.ModeDevice | fs.ModeCharDevice,
+	metapb.InodeType_BLOCK_DEVICE: fs.ModeDevice,
+	metapb.InodeType_SOCKET:       fs.ModeSocket,
 }
 
 // unixPerm turns stat(2)'s permission bits (with setuid, setgid and
@@ -121,8 +131,13 @@ func (fi *FileInfo) Target() string { return fi.target }
 // storage (a directory's is the one its new files get).
 func (fi *FileInfo) ChunkSize() uint32 { return fi.chunkSize }
 
-// UnixMode is the mode as stat(2)'s st_mode has it: S_IFREG, S_IFDIR or
-// S_IFLNK, and the permission bits with setuid, setgid and sticky.
+// Rdev is a device node's device number (stat(2)'s st_rdev); 0 for
+// other inodes.
+func (fi *FileInfo) Rdev() uint32 { return fi.rdev }
+
+// UnixMode is the mode as stat(2)'s st_mode has it: the type (S_IFREG,
+// S_IFDIR, S_IFLNK, S_IFIFO, S_IFCHR, S_IFBLK, S_IFSOCK), and the
+// permission bits with setuid, setgid and sticky.
 func (fi *FileInfo) UnixMode() uint32 {
 	m := uint32(fi.mode.Perm())
 	if fi.mode&fs.ModeSetuid != 0 {
@@ -139,6 +154,14 @@ func (fi *FileInfo) UnixMode() uint32 {
 		return m | syscall.S_IFDIR
 	case fs.ModeSymlink:
 		return m | syscall.S_IFLNK
+	case fs.ModeNamedPipe:
+		return m | syscall.S_IFIFO
+	case fs.ModeDevice | fs.ModeCharDevice:
+		return m | syscall.S_IFCHR
+	case fs.ModeDevice:
+		return m | syscall.S_IFBLK
+	case fs.ModeSocket:
+		return m | syscall.S_IFSOCK
 	}
 	return m | syscall.S_IFREG
 }

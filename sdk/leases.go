@@ -45,14 +45,16 @@ func (l *readLeases) inodes() []uint64 {
 	return slices.Sorted(maps.Keys(l.open))
 }
 
-// renewLeases renews the client's read leases every period until ctx ends.
+// renewLeases renews the client's read leases, and the file locks it
+// holds, every period until ctx ends.
 func (c *Client) renewLeases(ctx context.Context, every time.Duration) {
 	tick.Every(ctx, every, func() {
-		inodes := c.leases.inodes()
-		for len(inodes) > 0 {
+		inodes, locks := c.leases.inodes(), c.locks.list()
+		for len(inodes) > 0 || len(locks) > 0 {
 			n := min(len(inodes), fsmeta.MaxKeepOpen)
 			rctx, cancel := context.WithTimeout(ctx, every)
-			_, err := c.meta.KeepOpen(rctx, &metapb.KeepOpenRequest{Client: c.id, Inodes: inodes[:n]})
+			_, err := c.meta.KeepOpen(rctx, &metapb.KeepOpenRequest{Client: c.id, Inodes: inodes[:n], Locks: locks})
+			locks = nil
 			cancel()
 			if err != nil {
 				c.log.Debug("renewing read leases failed", "files", len(inodes), "err", err)

@@ -18,9 +18,19 @@ import (
 
 func startCluster(t *testing.T, dir string) *cluster.Cluster {
 	t.Helper()
+	return startClusterWith(t, cluster.Config{Dir: dir, Targets: 3, ChunkSize: 64 << 10})
+}
+
+// startClusterWith starts an embedded cluster with cfg (its Dir a
+// temporary one if unset); the caller closes it.
+func startClusterWith(t *testing.T, cfg cluster.Config) *cluster.Cluster {
+	t.Helper()
+	if cfg.Dir == "" {
+		cfg.Dir = t.TempDir()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Dir: dir, Targets: 3, ChunkSize: 64 << 10})
+	c, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -38,6 +39,10 @@ type serverConfig struct {
 		Stripe        int               `json:"stripe"`
 		ExpectTargets int               `json:"expect_targets"`
 		Replicas      int               `json:"replicas"`
+		// CollectDelay is how long unlinked files' chunks stay before
+		// the collector removes them, as Go writes durations ("1m",
+		// "30s"; default 1 minute).
+		CollectDelay string `json:"collect_delay"`
 	} `json:"meta"`
 	Storage struct {
 		Cluster      string   `json:"cluster"`
@@ -86,8 +91,15 @@ func newServerCmd() *cobra.Command {
 			switch role {
 			case "meta":
 				m := cfg.Meta
+				var delay time.Duration
+				if m.CollectDelay != "" {
+					if delay, err = time.ParseDuration(m.CollectDelay); err != nil || delay <= 0 {
+						return fmt.Errorf("%s: meta.collect_delay %q: want a positive duration such as \"1m\"", config, m.CollectDelay)
+					}
+				}
 				c, err := cluster.StartControl(cmd.Context(), cluster.ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), ID: m.ID, RaftBind: m.RaftBind,
-					Listen: m.Listen, Token: token, Members: m.Members, ChunkSize: m.ChunkSize, Stripe: m.Stripe, ExpectTargets: m.ExpectTargets, Replicas: m.Replicas, Logger: logger})
+					Listen: m.Listen, Token: token, Members: m.Members, ChunkSize: m.ChunkSize, Stripe: m.Stripe, ExpectTargets: m.ExpectTargets, Replicas: m.Replicas,
+					CollectDelay: delay, Logger: logger})
 				if err != nil {
 					return err
 				}

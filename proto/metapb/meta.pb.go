@@ -31,6 +31,12 @@ const (
 	InodeType_FILE                   InodeType = 1
 	InodeType_DIRECTORY              InodeType = 2
 	InodeType_SYMLINK                InodeType = 3
+	// Special files: Sluice keeps their type, mode and rdev; the kernel gives
+	// them their behaviour (a pipe, a device driver, a socket).
+	InodeType_FIFO         InodeType = 4
+	InodeType_CHAR_DEVICE  InodeType = 5
+	InodeType_BLOCK_DEVICE InodeType = 6
+	InodeType_SOCKET       InodeType = 7
 )
 
 // Enum value maps for InodeType.
@@ -40,12 +46,20 @@ var (
 		1: "FILE",
 		2: "DIRECTORY",
 		3: "SYMLINK",
+		4: "FIFO",
+		5: "CHAR_DEVICE",
+		6: "BLOCK_DEVICE",
+		7: "SOCKET",
 	}
 	InodeType_value = map[string]int32{
 		"INODE_TYPE_UNSPECIFIED": 0,
 		"FILE":                   1,
 		"DIRECTORY":              2,
 		"SYMLINK":                3,
+		"FIFO":                   4,
+		"CHAR_DEVICE":            5,
+		"BLOCK_DEVICE":           6,
+		"SOCKET":                 7,
 	}
 )
 
@@ -139,20 +153,27 @@ func (x *Layout) GetStripe() uint32 {
 }
 
 type Inode struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
-	Type          InodeType              `protobuf:"varint,2,opt,name=type,proto3,enum=sluice.meta.v1.InodeType" json:"type,omitempty"`
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"` // permission bits
-	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
-	Nlink         uint32                 `protobuf:"varint,6,opt,name=nlink,proto3" json:"nlink,omitempty"`
-	Size          uint64                 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
-	AtimeNs       int64                  `protobuf:"varint,8,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
-	MtimeNs       int64                  `protobuf:"varint,9,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
-	CtimeNs       int64                  `protobuf:"varint,10,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
-	Target        string                 `protobuf:"bytes,11,opt,name=target,proto3" json:"target,omitempty"`  // symlinks
-	Layout        *Layout                `protobuf:"bytes,12,opt,name=layout,proto3" json:"layout,omitempty"`  // files; directories hold the one their new files inherit
-	Parent        uint64                 `protobuf:"varint,13,opt,name=parent,proto3" json:"parent,omitempty"` // directories: the one directory they are in
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Ino     uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Type    InodeType              `protobuf:"varint,2,opt,name=type,proto3,enum=sluice.meta.v1.InodeType" json:"type,omitempty"`
+	Mode    uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"` // permission bits
+	Uid     uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid     uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	Nlink   uint32                 `protobuf:"varint,6,opt,name=nlink,proto3" json:"nlink,omitempty"`
+	Size    uint64                 `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	AtimeNs int64                  `protobuf:"varint,8,opt,name=atime_ns,json=atimeNs,proto3" json:"atime_ns,omitempty"`
+	MtimeNs int64                  `protobuf:"varint,9,opt,name=mtime_ns,json=mtimeNs,proto3" json:"mtime_ns,omitempty"`
+	CtimeNs int64                  `protobuf:"varint,10,opt,name=ctime_ns,json=ctimeNs,proto3" json:"ctime_ns,omitempty"`
+	Target  string                 `protobuf:"bytes,11,opt,name=target,proto3" json:"target,omitempty"`  // symlinks
+	Layout  *Layout                `protobuf:"bytes,12,opt,name=layout,proto3" json:"layout,omitempty"`  // files; directories hold the one their new files inherit
+	Parent  uint64                 `protobuf:"varint,13,opt,name=parent,proto3" json:"parent,omitempty"` // directories: the one directory they are in
+	// written is the high-water mark of the file's length through writes
+	// (closes and syncs), never raised by a truncate that extends it: chunks
+	// past it were never written, so the collector and a shrinking truncate
+	// remove only the chunks below it. Absent on files from before it was
+	// kept, which count their size instead.
+	Written       *uint64 `protobuf:"varint,14,opt,name=written,proto3,oneof" json:"written,omitempty"`
+	Rdev          uint32  `protobuf:"varint,15,opt,name=rdev,proto3" json:"rdev,omitempty"` // device nodes: the device number (Linux encoding)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -278,6 +299,20 @@ func (x *Inode) GetParent() uint64 {
 	return 0
 }
 
+func (x *Inode) GetWritten() uint64 {
+	if x != nil && x.Written != nil {
+		return *x.Written
+	}
+	return 0
+}
+
+func (x *Inode) GetRdev() uint32 {
+	if x != nil {
+		return x.Rdev
+	}
+	return 0
+}
+
 type DirEntry struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -360,6 +395,9 @@ type Command struct {
 	//	*Command_OpenSession
 	//	*Command_CloseSession
 	//	*Command_PruneClient
+	//	*Command_Mknod
+	//	*Command_SetXattr
+	//	*Command_RemoveXattr
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -540,6 +578,33 @@ func (x *Command) GetPruneClient() uint64 {
 	return 0
 }
 
+func (x *Command) GetMknod() *MknodOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_Mknod); ok {
+			return x.Mknod
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetXattr() *XattrOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetXattr); ok {
+			return x.SetXattr
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRemoveXattr() *XattrOp {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RemoveXattr); ok {
+			return x.RemoveXattr
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -596,6 +661,18 @@ type Command_PruneClient struct {
 	PruneClient uint64 `protobuf:"varint,22,opt,name=prune_client,json=pruneClient,proto3,oneof"` // a dead client's write sessions go
 }
 
+type Command_Mknod struct {
+	Mknod *MknodOp `protobuf:"bytes,23,opt,name=mknod,proto3,oneof"`
+}
+
+type Command_SetXattr struct {
+	SetXattr *XattrOp `protobuf:"bytes,24,opt,name=set_xattr,json=setXattr,proto3,oneof"`
+}
+
+type Command_RemoveXattr struct {
+	RemoveXattr *XattrOp `protobuf:"bytes,25,opt,name=remove_xattr,json=removeXattr,proto3,oneof"`
+}
+
 func (*Command_Mkdir) isCommand_Op() {}
 
 func (*Command_Create) isCommand_Op() {}
@@ -622,22 +699,299 @@ func (*Command_CloseSession) isCommand_Op() {}
 
 func (*Command_PruneClient) isCommand_Op() {}
 
+func (*Command_Mknod) isCommand_Op() {}
+
+func (*Command_SetXattr) isCommand_Op() {}
+
+func (*Command_RemoveXattr) isCommand_Op() {}
+
+// MknodOp makes a special file (fifo, device node, socket) or an empty
+// regular file.
+type MknodOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Type          InodeType              `protobuf:"varint,3,opt,name=type,proto3,enum=sluice.meta.v1.InodeType" json:"type,omitempty"`
+	Mode          uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid           uint32                 `protobuf:"varint,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,6,opt,name=gid,proto3" json:"gid,omitempty"`
+	Rdev          uint32                 `protobuf:"varint,7,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MknodOp) Reset() {
+	*x = MknodOp{}
+	mi := &file_meta_v1_meta_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MknodOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MknodOp) ProtoMessage() {}
+
+func (x *MknodOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MknodOp.ProtoReflect.Descriptor instead.
+func (*MknodOp) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *MknodOp) GetParent() uint64 {
+	if x != nil {
+		return x.Parent
+	}
+	return 0
+}
+
+func (x *MknodOp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *MknodOp) GetType() InodeType {
+	if x != nil {
+		return x.Type
+	}
+	return InodeType_INODE_TYPE_UNSPECIFIED
+}
+
+func (x *MknodOp) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *MknodOp) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *MknodOp) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+func (x *MknodOp) GetRdev() uint32 {
+	if x != nil {
+		return x.Rdev
+	}
+	return 0
+}
+
+// Lock is a file lock a client holds or asks for: a BSD flock (the whole
+// file) or a POSIX byte-range lock of bytes [start, end] (end inclusive,
+// 2^64-1 for "to the end"), of one owner (the kernel's lock owner) on one
+// client. Locks live in the leader's memory, never in the log (see
+// server/meta locks.go).
+type Lock struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Client        uint64                 `protobuf:"varint,2,opt,name=client,proto3" json:"client,omitempty"`
+	Owner         uint64                 `protobuf:"varint,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	Type          uint32                 `protobuf:"varint,4,opt,name=type,proto3" json:"type,omitempty"` // F_RDLCK 0, F_WRLCK 1, F_UNLCK 2
+	Start         uint64                 `protobuf:"varint,5,opt,name=start,proto3" json:"start,omitempty"`
+	End           uint64                 `protobuf:"varint,6,opt,name=end,proto3" json:"end,omitempty"`
+	Flock         bool                   `protobuf:"varint,7,opt,name=flock,proto3" json:"flock,omitempty"` // a BSD lock; flock and POSIX locks do not meet
+	Pid           uint32                 `protobuf:"varint,8,opt,name=pid,proto3" json:"pid,omitempty"`     // the holder's process, for F_GETLK
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Lock) Reset() {
+	*x = Lock{}
+	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Lock) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Lock) ProtoMessage() {}
+
+func (x *Lock) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Lock.ProtoReflect.Descriptor instead.
+func (*Lock) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Lock) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *Lock) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *Lock) GetOwner() uint64 {
+	if x != nil {
+		return x.Owner
+	}
+	return 0
+}
+
+func (x *Lock) GetType() uint32 {
+	if x != nil {
+		return x.Type
+	}
+	return 0
+}
+
+func (x *Lock) GetStart() uint64 {
+	if x != nil {
+		return x.Start
+	}
+	return 0
+}
+
+func (x *Lock) GetEnd() uint64 {
+	if x != nil {
+		return x.End
+	}
+	return 0
+}
+
+func (x *Lock) GetFlock() bool {
+	if x != nil {
+		return x.Flock
+	}
+	return false
+}
+
+func (x *Lock) GetPid() uint32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+// XattrOp sets or removes an extended attribute of an inode.
+type XattrOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Value         []byte                 `protobuf:"bytes,3,opt,name=value,proto3" json:"value,omitempty"`
+	Flags         uint32                 `protobuf:"varint,4,opt,name=flags,proto3" json:"flags,omitempty"` // set: XATTR_CREATE (1) or XATTR_REPLACE (2)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *XattrOp) Reset() {
+	*x = XattrOp{}
+	mi := &file_meta_v1_meta_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *XattrOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*XattrOp) ProtoMessage() {}
+
+func (x *XattrOp) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_meta_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use XattrOp.ProtoReflect.Descriptor instead.
+func (*XattrOp) Descriptor() ([]byte, []int) {
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *XattrOp) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *XattrOp) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *XattrOp) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *XattrOp) GetFlags() uint32 {
+	if x != nil {
+		return x.Flags
+	}
+	return 0
+}
+
 // SessionOp opens or closes a write session on a file; closing may set the
 // file's length.
 type SessionOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
-	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
-	Client        uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
-	Size          *uint64                `protobuf:"varint,4,opt,name=size,proto3,oneof" json:"size,omitempty"`
-	Keep          bool                   `protobuf:"varint,5,opt,name=keep,proto3" json:"keep,omitempty"` // close_session: set the length, keep the session (fsync)
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Ino     uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Session uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	Client  uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
+	Size    *uint64                `protobuf:"varint,4,opt,name=size,proto3,oneof" json:"size,omitempty"`
+	Keep    bool                   `protobuf:"varint,5,opt,name=keep,proto3" json:"keep,omitempty"` // close_session: set the length, keep the session (fsync)
+	// close_session: the end of the bytes this session wrote (raises the
+	// file's written mark); absent from older clients, whose size counts.
+	Written       *uint64 `protobuf:"varint,6,opt,name=written,proto3,oneof" json:"written,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SessionOp) Reset() {
 	*x = SessionOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[4]
+	mi := &file_meta_v1_meta_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +1003,7 @@ func (x *SessionOp) String() string {
 func (*SessionOp) ProtoMessage() {}
 
 func (x *SessionOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[4]
+	mi := &file_meta_v1_meta_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +1016,7 @@ func (x *SessionOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionOp.ProtoReflect.Descriptor instead.
 func (*SessionOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{4}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SessionOp) GetIno() uint64 {
@@ -700,6 +1054,13 @@ func (x *SessionOp) GetKeep() bool {
 	return false
 }
 
+func (x *SessionOp) GetWritten() uint64 {
+	if x != nil && x.Written != nil {
+		return *x.Written
+	}
+	return 0
+}
+
 type MkdirOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -713,7 +1074,7 @@ type MkdirOp struct {
 
 func (x *MkdirOp) Reset() {
 	*x = MkdirOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	mi := &file_meta_v1_meta_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -725,7 +1086,7 @@ func (x *MkdirOp) String() string {
 func (*MkdirOp) ProtoMessage() {}
 
 func (x *MkdirOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[5]
+	mi := &file_meta_v1_meta_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -738,7 +1099,7 @@ func (x *MkdirOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MkdirOp.ProtoReflect.Descriptor instead.
 func (*MkdirOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{5}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *MkdirOp) GetParent() uint64 {
@@ -777,19 +1138,22 @@ func (x *MkdirOp) GetGid() uint32 {
 }
 
 type CreateOp struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Mode          uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
-	Uid           uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Parent uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
+	Name   string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Mode   uint32                 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid    uint32                 `protobuf:"varint,4,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid    uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
+	// tmpfile makes a file with no name in directory parent (O_TMPFILE):
+	// no links, queued for the collector until Link gives it a name.
+	Tmpfile       bool `protobuf:"varint,6,opt,name=tmpfile,proto3" json:"tmpfile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CreateOp) Reset() {
 	*x = CreateOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[6]
+	mi := &file_meta_v1_meta_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +1165,7 @@ func (x *CreateOp) String() string {
 func (*CreateOp) ProtoMessage() {}
 
 func (x *CreateOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[6]
+	mi := &file_meta_v1_meta_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +1178,7 @@ func (x *CreateOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateOp.ProtoReflect.Descriptor instead.
 func (*CreateOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{6}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CreateOp) GetParent() uint64 {
@@ -852,6 +1216,13 @@ func (x *CreateOp) GetGid() uint32 {
 	return 0
 }
 
+func (x *CreateOp) GetTmpfile() bool {
+	if x != nil {
+		return x.Tmpfile
+	}
+	return false
+}
+
 type SymlinkOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Parent        uint64                 `protobuf:"varint,1,opt,name=parent,proto3" json:"parent,omitempty"`
@@ -865,7 +1236,7 @@ type SymlinkOp struct {
 
 func (x *SymlinkOp) Reset() {
 	*x = SymlinkOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[7]
+	mi := &file_meta_v1_meta_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -877,7 +1248,7 @@ func (x *SymlinkOp) String() string {
 func (*SymlinkOp) ProtoMessage() {}
 
 func (x *SymlinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[7]
+	mi := &file_meta_v1_meta_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -890,7 +1261,7 @@ func (x *SymlinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SymlinkOp.ProtoReflect.Descriptor instead.
 func (*SymlinkOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{7}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SymlinkOp) GetParent() uint64 {
@@ -939,7 +1310,7 @@ type LinkOp struct {
 
 func (x *LinkOp) Reset() {
 	*x = LinkOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[8]
+	mi := &file_meta_v1_meta_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1322,7 @@ func (x *LinkOp) String() string {
 func (*LinkOp) ProtoMessage() {}
 
 func (x *LinkOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[8]
+	mi := &file_meta_v1_meta_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1335,7 @@ func (x *LinkOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkOp.ProtoReflect.Descriptor instead.
 func (*LinkOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{8}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *LinkOp) GetIno() uint64 {
@@ -998,7 +1369,7 @@ type RemoveOp struct {
 
 func (x *RemoveOp) Reset() {
 	*x = RemoveOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[9]
+	mi := &file_meta_v1_meta_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1010,7 +1381,7 @@ func (x *RemoveOp) String() string {
 func (*RemoveOp) ProtoMessage() {}
 
 func (x *RemoveOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[9]
+	mi := &file_meta_v1_meta_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1023,7 +1394,7 @@ func (x *RemoveOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveOp.ProtoReflect.Descriptor instead.
 func (*RemoveOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{9}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveOp) GetParent() uint64 {
@@ -1053,7 +1424,7 @@ type RenameOp struct {
 
 func (x *RenameOp) Reset() {
 	*x = RenameOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[10]
+	mi := &file_meta_v1_meta_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1065,7 +1436,7 @@ func (x *RenameOp) String() string {
 func (*RenameOp) ProtoMessage() {}
 
 func (x *RenameOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[10]
+	mi := &file_meta_v1_meta_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1078,7 +1449,7 @@ func (x *RenameOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RenameOp.ProtoReflect.Descriptor instead.
 func (*RenameOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{10}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RenameOp) GetSrcParent() uint64 {
@@ -1131,7 +1502,7 @@ type SetattrOp struct {
 
 func (x *SetattrOp) Reset() {
 	*x = SetattrOp{}
-	mi := &file_meta_v1_meta_proto_msgTypes[11]
+	mi := &file_meta_v1_meta_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1143,7 +1514,7 @@ func (x *SetattrOp) String() string {
 func (*SetattrOp) ProtoMessage() {}
 
 func (x *SetattrOp) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[11]
+	mi := &file_meta_v1_meta_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1156,7 +1527,7 @@ func (x *SetattrOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrOp.ProtoReflect.Descriptor instead.
 func (*SetattrOp) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{11}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetattrOp) GetIno() uint64 {
@@ -1221,7 +1592,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_meta_v1_meta_proto_msgTypes[12]
+	mi := &file_meta_v1_meta_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1233,7 +1604,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_meta_proto_msgTypes[12]
+	mi := &file_meta_v1_meta_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1246,7 +1617,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_meta_v1_meta_proto_rawDescGZIP(), []int{12}
+	return file_meta_v1_meta_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Result) GetCode() uint32 {
@@ -1287,7 +1658,7 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"chainTable\x12\x1d\n" +
 	"\n" +
 	"chunk_size\x18\x02 \x01(\rR\tchunkSize\x12\x16\n" +
-	"\x06stripe\x18\x03 \x01(\rR\x06stripe\"\xdb\x02\n" +
+	"\x06stripe\x18\x03 \x01(\rR\x06stripe\"\x9a\x03\n" +
 	"\x05Inode\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12-\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\x12\x12\n" +
@@ -1302,11 +1673,15 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	" \x01(\x03R\actimeNs\x12\x16\n" +
 	"\x06target\x18\v \x01(\tR\x06target\x12.\n" +
 	"\x06layout\x18\f \x01(\v2\x16.sluice.meta.v1.LayoutR\x06layout\x12\x16\n" +
-	"\x06parent\x18\r \x01(\x04R\x06parent\"_\n" +
+	"\x06parent\x18\r \x01(\x04R\x06parent\x12\x1d\n" +
+	"\awritten\x18\x0e \x01(\x04H\x00R\awritten\x88\x01\x01\x12\x12\n" +
+	"\x04rdev\x18\x0f \x01(\rR\x04rdevB\n" +
+	"\n" +
+	"\b_written\"_\n" +
 	"\bDirEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x10\n" +
 	"\x03ino\x18\x02 \x01(\x04R\x03ino\x12-\n" +
-	"\x04type\x18\x03 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\"\xe8\x05\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\"\x8f\a\n" +
 	"\aCommand\x12\x15\n" +
 	"\x06now_ns\x18\x01 \x01(\x03R\x05nowNs\x12\x16\n" +
 	"\x06client\x18\x02 \x01(\x04R\x06client\x12\x10\n" +
@@ -1324,27 +1699,56 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\acluster\x18\x13 \x01(\v2\x18.sluice.mgmtd.v1.CommandH\x00R\acluster\x12>\n" +
 	"\fopen_session\x18\x14 \x01(\v2\x19.sluice.meta.v1.SessionOpH\x00R\vopenSession\x12@\n" +
 	"\rclose_session\x18\x15 \x01(\v2\x19.sluice.meta.v1.SessionOpH\x00R\fcloseSession\x12#\n" +
-	"\fprune_client\x18\x16 \x01(\x04H\x00R\vpruneClientB\x04\n" +
-	"\x02op\"\x85\x01\n" +
+	"\fprune_client\x18\x16 \x01(\x04H\x00R\vpruneClient\x12/\n" +
+	"\x05mknod\x18\x17 \x01(\v2\x17.sluice.meta.v1.MknodOpH\x00R\x05mknod\x126\n" +
+	"\tset_xattr\x18\x18 \x01(\v2\x17.sluice.meta.v1.XattrOpH\x00R\bsetXattr\x12<\n" +
+	"\fremove_xattr\x18\x19 \x01(\v2\x17.sluice.meta.v1.XattrOpH\x00R\vremoveXattrB\x04\n" +
+	"\x02op\"\xb0\x01\n" +
+	"\aMknodOp\x12\x16\n" +
+	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12-\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x10\n" +
+	"\x03uid\x18\x05 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x06 \x01(\rR\x03gid\x12\x12\n" +
+	"\x04rdev\x18\a \x01(\rR\x04rdev\"\xaa\x01\n" +
+	"\x04Lock\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x16\n" +
+	"\x06client\x18\x02 \x01(\x04R\x06client\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\x04R\x05owner\x12\x12\n" +
+	"\x04type\x18\x04 \x01(\rR\x04type\x12\x14\n" +
+	"\x05start\x18\x05 \x01(\x04R\x05start\x12\x10\n" +
+	"\x03end\x18\x06 \x01(\x04R\x03end\x12\x14\n" +
+	"\x05flock\x18\a \x01(\bR\x05flock\x12\x10\n" +
+	"\x03pid\x18\b \x01(\rR\x03pid\"[\n" +
+	"\aXattrOp\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
+	"\x05flags\x18\x04 \x01(\rR\x05flags\"\xb0\x01\n" +
 	"\tSessionOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x16\n" +
 	"\x06client\x18\x03 \x01(\x04R\x06client\x12\x17\n" +
 	"\x04size\x18\x04 \x01(\x04H\x00R\x04size\x88\x01\x01\x12\x12\n" +
-	"\x04keep\x18\x05 \x01(\bR\x04keepB\a\n" +
-	"\x05_size\"m\n" +
+	"\x04keep\x18\x05 \x01(\bR\x04keep\x12\x1d\n" +
+	"\awritten\x18\x06 \x01(\x04H\x01R\awritten\x88\x01\x01B\a\n" +
+	"\x05_sizeB\n" +
+	"\n" +
+	"\b_written\"m\n" +
 	"\aMkdirOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x05 \x01(\rR\x03gid\"n\n" +
+	"\x03gid\x18\x05 \x01(\rR\x03gid\"\x88\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x05 \x01(\rR\x03gid\"s\n" +
+	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x18\n" +
+	"\atmpfile\x18\x06 \x01(\bR\atmpfile\"s\n" +
 	"\tSymlinkOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +
@@ -1385,12 +1789,17 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12+\n" +
 	"\x05inode\x18\x03 \x01(\v2\x15.sluice.meta.v1.InodeR\x05inode\x12\x10\n" +
-	"\x03seq\x18\x04 \x01(\x04R\x03seq*M\n" +
+	"\x03seq\x18\x04 \x01(\x04R\x03seq*\x86\x01\n" +
 	"\tInodeType\x12\x1a\n" +
 	"\x16INODE_TYPE_UNSPECIFIED\x10\x00\x12\b\n" +
 	"\x04FILE\x10\x01\x12\r\n" +
 	"\tDIRECTORY\x10\x02\x12\v\n" +
-	"\aSYMLINK\x10\x03B)Z'github.com/sluicefs/sluice/proto/metapbb\x06proto3"
+	"\aSYMLINK\x10\x03\x12\b\n" +
+	"\x04FIFO\x10\x04\x12\x0f\n" +
+	"\vCHAR_DEVICE\x10\x05\x12\x10\n" +
+	"\fBLOCK_DEVICE\x10\x06\x12\n" +
+	"\n" +
+	"\x06SOCKET\x10\aB)Z'github.com/sluicefs/sluice/proto/metapbb\x06proto3"
 
 var (
 	file_meta_v1_meta_proto_rawDescOnce sync.Once
@@ -1405,45 +1814,52 @@ func file_meta_v1_meta_proto_rawDescGZIP() []byte {
 }
 
 var file_meta_v1_meta_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_meta_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_meta_v1_meta_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_meta_v1_meta_proto_goTypes = []any{
 	(InodeType)(0),          // 0: sluice.meta.v1.InodeType
 	(*Layout)(nil),          // 1: sluice.meta.v1.Layout
 	(*Inode)(nil),           // 2: sluice.meta.v1.Inode
 	(*DirEntry)(nil),        // 3: sluice.meta.v1.DirEntry
 	(*Command)(nil),         // 4: sluice.meta.v1.Command
-	(*SessionOp)(nil),       // 5: sluice.meta.v1.SessionOp
-	(*MkdirOp)(nil),         // 6: sluice.meta.v1.MkdirOp
-	(*CreateOp)(nil),        // 7: sluice.meta.v1.CreateOp
-	(*SymlinkOp)(nil),       // 8: sluice.meta.v1.SymlinkOp
-	(*LinkOp)(nil),          // 9: sluice.meta.v1.LinkOp
-	(*RemoveOp)(nil),        // 10: sluice.meta.v1.RemoveOp
-	(*RenameOp)(nil),        // 11: sluice.meta.v1.RenameOp
-	(*SetattrOp)(nil),       // 12: sluice.meta.v1.SetattrOp
-	(*Result)(nil),          // 13: sluice.meta.v1.Result
-	(*mgmtdpb.Command)(nil), // 14: sluice.mgmtd.v1.Command
+	(*MknodOp)(nil),         // 5: sluice.meta.v1.MknodOp
+	(*Lock)(nil),            // 6: sluice.meta.v1.Lock
+	(*XattrOp)(nil),         // 7: sluice.meta.v1.XattrOp
+	(*SessionOp)(nil),       // 8: sluice.meta.v1.SessionOp
+	(*MkdirOp)(nil),         // 9: sluice.meta.v1.MkdirOp
+	(*CreateOp)(nil),        // 10: sluice.meta.v1.CreateOp
+	(*SymlinkOp)(nil),       // 11: sluice.meta.v1.SymlinkOp
+	(*LinkOp)(nil),          // 12: sluice.meta.v1.LinkOp
+	(*RemoveOp)(nil),        // 13: sluice.meta.v1.RemoveOp
+	(*RenameOp)(nil),        // 14: sluice.meta.v1.RenameOp
+	(*SetattrOp)(nil),       // 15: sluice.meta.v1.SetattrOp
+	(*Result)(nil),          // 16: sluice.meta.v1.Result
+	(*mgmtdpb.Command)(nil), // 17: sluice.mgmtd.v1.Command
 }
 var file_meta_v1_meta_proto_depIdxs = []int32{
 	0,  // 0: sluice.meta.v1.Inode.type:type_name -> sluice.meta.v1.InodeType
 	1,  // 1: sluice.meta.v1.Inode.layout:type_name -> sluice.meta.v1.Layout
 	0,  // 2: sluice.meta.v1.DirEntry.type:type_name -> sluice.meta.v1.InodeType
-	6,  // 3: sluice.meta.v1.Command.mkdir:type_name -> sluice.meta.v1.MkdirOp
-	7,  // 4: sluice.meta.v1.Command.create:type_name -> sluice.meta.v1.CreateOp
-	8,  // 5: sluice.meta.v1.Command.symlink:type_name -> sluice.meta.v1.SymlinkOp
-	9,  // 6: sluice.meta.v1.Command.link:type_name -> sluice.meta.v1.LinkOp
-	10, // 7: sluice.meta.v1.Command.unlink:type_name -> sluice.meta.v1.RemoveOp
-	10, // 8: sluice.meta.v1.Command.rmdir:type_name -> sluice.meta.v1.RemoveOp
-	11, // 9: sluice.meta.v1.Command.rename:type_name -> sluice.meta.v1.RenameOp
-	12, // 10: sluice.meta.v1.Command.setattr:type_name -> sluice.meta.v1.SetattrOp
-	14, // 11: sluice.meta.v1.Command.cluster:type_name -> sluice.mgmtd.v1.Command
-	5,  // 12: sluice.meta.v1.Command.open_session:type_name -> sluice.meta.v1.SessionOp
-	5,  // 13: sluice.meta.v1.Command.close_session:type_name -> sluice.meta.v1.SessionOp
-	2,  // 14: sluice.meta.v1.Result.inode:type_name -> sluice.meta.v1.Inode
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	9,  // 3: sluice.meta.v1.Command.mkdir:type_name -> sluice.meta.v1.MkdirOp
+	10, // 4: sluice.meta.v1.Command.create:type_name -> sluice.meta.v1.CreateOp
+	11, // 5: sluice.meta.v1.Command.symlink:type_name -> sluice.meta.v1.SymlinkOp
+	12, // 6: sluice.meta.v1.Command.link:type_name -> sluice.meta.v1.LinkOp
+	13, // 7: sluice.meta.v1.Command.unlink:type_name -> sluice.meta.v1.RemoveOp
+	13, // 8: sluice.meta.v1.Command.rmdir:type_name -> sluice.meta.v1.RemoveOp
+	14, // 9: sluice.meta.v1.Command.rename:type_name -> sluice.meta.v1.RenameOp
+	15, // 10: sluice.meta.v1.Command.setattr:type_name -> sluice.meta.v1.SetattrOp
+	17, // 11: sluice.meta.v1.Command.cluster:type_name -> sluice.mgmtd.v1.Command
+	8,  // 12: sluice.meta.v1.Command.open_session:type_name -> sluice.meta.v1.SessionOp
+	8,  // 13: sluice.meta.v1.Command.close_session:type_name -> sluice.meta.v1.SessionOp
+	5,  // 14: sluice.meta.v1.Command.mknod:type_name -> sluice.meta.v1.MknodOp
+	7,  // 15: sluice.meta.v1.Command.set_xattr:type_name -> sluice.meta.v1.XattrOp
+	7,  // 16: sluice.meta.v1.Command.remove_xattr:type_name -> sluice.meta.v1.XattrOp
+	0,  // 17: sluice.meta.v1.MknodOp.type:type_name -> sluice.meta.v1.InodeType
+	2,  // 18: sluice.meta.v1.Result.inode:type_name -> sluice.meta.v1.Inode
+	19, // [19:19] is the sub-list for method output_type
+	19, // [19:19] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_meta_proto_init() }
@@ -1451,6 +1867,7 @@ func file_meta_v1_meta_proto_init() {
 	if File_meta_v1_meta_proto != nil {
 		return
 	}
+	file_meta_v1_meta_proto_msgTypes[1].OneofWrappers = []any{}
 	file_meta_v1_meta_proto_msgTypes[3].OneofWrappers = []any{
 		(*Command_Mkdir)(nil),
 		(*Command_Create)(nil),
@@ -1465,16 +1882,19 @@ func file_meta_v1_meta_proto_init() {
 		(*Command_OpenSession)(nil),
 		(*Command_CloseSession)(nil),
 		(*Command_PruneClient)(nil),
+		(*Command_Mknod)(nil),
+		(*Command_SetXattr)(nil),
+		(*Command_RemoveXattr)(nil),
 	}
-	file_meta_v1_meta_proto_msgTypes[4].OneofWrappers = []any{}
-	file_meta_v1_meta_proto_msgTypes[11].OneofWrappers = []any{}
+	file_meta_v1_meta_proto_msgTypes[7].OneofWrappers = []any{}
+	file_meta_v1_meta_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_meta_proto_rawDesc), len(file_meta_v1_meta_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

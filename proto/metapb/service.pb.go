@@ -411,14 +411,17 @@ func (x *ListReply) GetInodes() []*Inode {
 }
 
 type MakeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Mode          uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
-	Uid           uint32                 `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
-	Gid           uint32                 `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
-	Client        uint64                 `protobuf:"varint,5,opt,name=client,proto3" json:"client,omitempty"`
-	Seq           uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
-	At            uint64                 `protobuf:"varint,7,opt,name=at,proto3" json:"at,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Path   string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Mode   uint32                 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid    uint32                 `protobuf:"varint,3,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid    uint32                 `protobuf:"varint,4,opt,name=gid,proto3" json:"gid,omitempty"`
+	Client uint64                 `protobuf:"varint,5,opt,name=client,proto3" json:"client,omitempty"`
+	Seq    uint64                 `protobuf:"varint,6,opt,name=seq,proto3" json:"seq,omitempty"`
+	At     uint64                 `protobuf:"varint,7,opt,name=at,proto3" json:"at,omitempty"`
+	// Create only: make a file with no name in the directory path names
+	// (O_TMPFILE); Link gives it one, else it is collected once closed.
+	Tmpfile       bool `protobuf:"varint,8,opt,name=tmpfile,proto3" json:"tmpfile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -500,6 +503,13 @@ func (x *MakeRequest) GetAt() uint64 {
 		return x.At
 	}
 	return 0
+}
+
+func (x *MakeRequest) GetTmpfile() bool {
+	if x != nil {
+		return x.Tmpfile
+	}
+	return false
 }
 
 type SymlinkRequest struct {
@@ -944,7 +954,11 @@ type CloseRequest struct {
 	Client  uint64                 `protobuf:"varint,4,opt,name=client,proto3" json:"client,omitempty"`
 	Seq     uint64                 `protobuf:"varint,5,opt,name=seq,proto3" json:"seq,omitempty"`
 	// keep_open sets the length and keeps the session (fsync).
-	KeepOpen      bool `protobuf:"varint,6,opt,name=keep_open,json=keepOpen,proto3" json:"keep_open,omitempty"`
+	KeepOpen bool `protobuf:"varint,6,opt,name=keep_open,json=keepOpen,proto3" json:"keep_open,omitempty"`
+	// written is the end of the bytes this handle wrote, which may lie below
+	// size (a file truncated longer): it raises the file's written mark, the
+	// bound of the chunks the collector removes.
+	Written       *uint64 `protobuf:"varint,7,opt,name=written,proto3,oneof" json:"written,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1021,10 +1035,20 @@ func (x *CloseRequest) GetKeepOpen() bool {
 	return false
 }
 
+func (x *CloseRequest) GetWritten() uint64 {
+	if x != nil && x.Written != nil {
+		return *x.Written
+	}
+	return 0
+}
+
 type KeepOpenRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Client        uint64                 `protobuf:"varint,1,opt,name=client,proto3" json:"client,omitempty"`
-	Inodes        []uint64               `protobuf:"varint,2,rep,packed,name=inodes,proto3" json:"inodes,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Client uint64                 `protobuf:"varint,1,opt,name=client,proto3" json:"client,omitempty"`
+	Inodes []uint64               `protobuf:"varint,2,rep,packed,name=inodes,proto3" json:"inodes,omitempty"`
+	// The locks the client holds: renewing keeps them, and a new leader
+	// learns them.
+	Locks         []*Lock `protobuf:"bytes,3,rep,name=locks,proto3" json:"locks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1073,6 +1097,127 @@ func (x *KeepOpenRequest) GetInodes() []uint64 {
 	return nil
 }
 
+func (x *KeepOpenRequest) GetLocks() []*Lock {
+	if x != nil {
+		return x.Locks
+	}
+	return nil
+}
+
+type LockRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Lock          *Lock                  `protobuf:"bytes,1,opt,name=lock,proto3" json:"lock,omitempty"`
+	Test          bool                   `protobuf:"varint,2,opt,name=test,proto3" json:"test,omitempty"` // only say what would conflict (F_GETLK)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockRequest) Reset() {
+	*x = LockRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockRequest) ProtoMessage() {}
+
+func (x *LockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
+func (*LockRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LockRequest) GetLock() *Lock {
+	if x != nil {
+		return x.Lock
+	}
+	return nil
+}
+
+func (x *LockRequest) GetTest() bool {
+	if x != nil {
+		return x.Test
+	}
+	return false
+}
+
+// LockReply: granted, or the lock in the way; retry when a new leader is
+// still learning the locks clients hold (ask again shortly).
+type LockReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Granted       bool                   `protobuf:"varint,1,opt,name=granted,proto3" json:"granted,omitempty"`
+	Conflict      *Lock                  `protobuf:"bytes,2,opt,name=conflict,proto3" json:"conflict,omitempty"`
+	Retry         bool                   `protobuf:"varint,3,opt,name=retry,proto3" json:"retry,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LockReply) Reset() {
+	*x = LockReply{}
+	mi := &file_meta_v1_service_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LockReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LockReply) ProtoMessage() {}
+
+func (x *LockReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LockReply.ProtoReflect.Descriptor instead.
+func (*LockReply) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *LockReply) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
+func (x *LockReply) GetConflict() *Lock {
+	if x != nil {
+		return x.Conflict
+	}
+	return nil
+}
+
+func (x *LockReply) GetRetry() bool {
+	if x != nil {
+		return x.Retry
+	}
+	return false
+}
+
 // SetattrRequest changes the attributes that are set.
 type SetattrRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1092,7 +1237,7 @@ type SetattrRequest struct {
 
 func (x *SetattrRequest) Reset() {
 	*x = SetattrRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[16]
+	mi := &file_meta_v1_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1249,7 @@ func (x *SetattrRequest) String() string {
 func (*SetattrRequest) ProtoMessage() {}
 
 func (x *SetattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[16]
+	mi := &file_meta_v1_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1262,7 @@ func (x *SetattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrRequest.ProtoReflect.Descriptor instead.
 func (*SetattrRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{16}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetattrRequest) GetPath() string {
@@ -1206,7 +1351,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[17]
+	mi := &file_meta_v1_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1218,7 +1363,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[17]
+	mi := &file_meta_v1_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1231,7 +1376,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{17}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *LinkRequest) GetPath() string {
@@ -1276,6 +1421,262 @@ func (x *LinkRequest) GetSeq() uint64 {
 	return 0
 }
 
+type MknodRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	At            uint64                 `protobuf:"varint,2,opt,name=at,proto3" json:"at,omitempty"`
+	Type          InodeType              `protobuf:"varint,3,opt,name=type,proto3,enum=sluice.meta.v1.InodeType" json:"type,omitempty"`
+	Mode          uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"` // permission bits
+	Uid           uint32                 `protobuf:"varint,5,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32                 `protobuf:"varint,6,opt,name=gid,proto3" json:"gid,omitempty"`
+	Rdev          uint32                 `protobuf:"varint,7,opt,name=rdev,proto3" json:"rdev,omitempty"`
+	Client        uint64                 `protobuf:"varint,8,opt,name=client,proto3" json:"client,omitempty"`
+	Seq           uint64                 `protobuf:"varint,9,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MknodRequest) Reset() {
+	*x = MknodRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MknodRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MknodRequest) ProtoMessage() {}
+
+func (x *MknodRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MknodRequest.ProtoReflect.Descriptor instead.
+func (*MknodRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *MknodRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *MknodRequest) GetAt() uint64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *MknodRequest) GetType() InodeType {
+	if x != nil {
+		return x.Type
+	}
+	return InodeType_INODE_TYPE_UNSPECIFIED
+}
+
+func (x *MknodRequest) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *MknodRequest) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *MknodRequest) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
+	}
+	return 0
+}
+
+func (x *MknodRequest) GetRdev() uint32 {
+	if x != nil {
+		return x.Rdev
+	}
+	return 0
+}
+
+func (x *MknodRequest) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *MknodRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// XattrRequest names an inode (path, at) and one of its extended
+// attributes; SetXattr also carries the value and flags (XATTR_CREATE 1,
+// XATTR_REPLACE 2).
+type XattrRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	At            uint64                 `protobuf:"varint,2,opt,name=at,proto3" json:"at,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Value         []byte                 `protobuf:"bytes,4,opt,name=value,proto3" json:"value,omitempty"`
+	Flags         uint32                 `protobuf:"varint,5,opt,name=flags,proto3" json:"flags,omitempty"`
+	Client        uint64                 `protobuf:"varint,6,opt,name=client,proto3" json:"client,omitempty"`
+	Seq           uint64                 `protobuf:"varint,7,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *XattrRequest) Reset() {
+	*x = XattrRequest{}
+	mi := &file_meta_v1_service_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *XattrRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*XattrRequest) ProtoMessage() {}
+
+func (x *XattrRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use XattrRequest.ProtoReflect.Descriptor instead.
+func (*XattrRequest) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *XattrRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *XattrRequest) GetAt() uint64 {
+	if x != nil {
+		return x.At
+	}
+	return 0
+}
+
+func (x *XattrRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *XattrRequest) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *XattrRequest) GetFlags() uint32 {
+	if x != nil {
+		return x.Flags
+	}
+	return 0
+}
+
+func (x *XattrRequest) GetClient() uint64 {
+	if x != nil {
+		return x.Client
+	}
+	return 0
+}
+
+func (x *XattrRequest) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// XattrReply: GetXattr's value, or ListXattr's names in name order.
+type XattrReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Value         []byte                 `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
+	Names         []string               `protobuf:"bytes,2,rep,name=names,proto3" json:"names,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *XattrReply) Reset() {
+	*x = XattrReply{}
+	mi := &file_meta_v1_service_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *XattrReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*XattrReply) ProtoMessage() {}
+
+func (x *XattrReply) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use XattrReply.ProtoReflect.Descriptor instead.
+func (*XattrReply) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *XattrReply) GetValue() []byte {
+	if x != nil {
+		return x.Value
+	}
+	return nil
+}
+
+func (x *XattrReply) GetNames() []string {
+	if x != nil {
+		return x.Names
+	}
+	return nil
+}
+
 type StatfsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1284,7 +1685,7 @@ type StatfsRequest struct {
 
 func (x *StatfsRequest) Reset() {
 	*x = StatfsRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[18]
+	mi := &file_meta_v1_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1296,7 +1697,7 @@ func (x *StatfsRequest) String() string {
 func (*StatfsRequest) ProtoMessage() {}
 
 func (x *StatfsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[18]
+	mi := &file_meta_v1_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1309,7 +1710,7 @@ func (x *StatfsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsRequest.ProtoReflect.Descriptor instead.
 func (*StatfsRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{18}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{23}
 }
 
 type StatfsReply struct {
@@ -1332,7 +1733,7 @@ type StatfsReply struct {
 
 func (x *StatfsReply) Reset() {
 	*x = StatfsReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[19]
+	mi := &file_meta_v1_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1745,7 @@ func (x *StatfsReply) String() string {
 func (*StatfsReply) ProtoMessage() {}
 
 func (x *StatfsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[19]
+	mi := &file_meta_v1_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1758,7 @@ func (x *StatfsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsReply.ProtoReflect.Descriptor instead.
 func (*StatfsReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{19}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatfsReply) GetInodes() uint64 {
@@ -1421,7 +1822,7 @@ type TargetSpace struct {
 
 func (x *TargetSpace) Reset() {
 	*x = TargetSpace{}
-	mi := &file_meta_v1_service_proto_msgTypes[20]
+	mi := &file_meta_v1_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1834,7 @@ func (x *TargetSpace) String() string {
 func (*TargetSpace) ProtoMessage() {}
 
 func (x *TargetSpace) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[20]
+	mi := &file_meta_v1_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1847,7 @@ func (x *TargetSpace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetSpace.ProtoReflect.Descriptor instead.
 func (*TargetSpace) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{20}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *TargetSpace) GetTarget() uint32 {
@@ -1498,7 +1899,7 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\tListReply\x122\n" +
 	"\aentries\x18\x01 \x03(\v2\x18.sluice.meta.v1.DirEntryR\aentries\x12\x12\n" +
 	"\x04more\x18\x02 \x01(\bR\x04more\x12-\n" +
-	"\x06inodes\x18\x03 \x03(\v2\x15.sluice.meta.v1.InodeR\x06inodes\"\x93\x01\n" +
+	"\x06inodes\x18\x03 \x03(\v2\x15.sluice.meta.v1.InodeR\x06inodes\"\xad\x01\n" +
 	"\vMakeRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x10\n" +
@@ -1506,7 +1907,8 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x03gid\x18\x04 \x01(\rR\x03gid\x12\x16\n" +
 	"\x06client\x18\x05 \x01(\x04R\x06client\x12\x10\n" +
 	"\x03seq\x18\x06 \x01(\x04R\x03seq\x12\x0e\n" +
-	"\x02at\x18\a \x01(\x04R\x02at\"\x9a\x01\n" +
+	"\x02at\x18\a \x01(\x04R\x02at\x12\x18\n" +
+	"\atmpfile\x18\b \x01(\bR\atmpfile\"\x9a\x01\n" +
 	"\x0eSymlinkRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\tR\x06target\x12\x16\n" +
@@ -1540,18 +1942,29 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\tOpenReply\x12+\n" +
 	"\x05inode\x18\x01 \x01(\v2\x15.sluice.meta.v1.InodeR\x05inode\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x16\n" +
-	"\x06chains\x18\x03 \x03(\rR\x06chains\"\xa3\x01\n" +
+	"\x06chains\x18\x03 \x03(\rR\x06chains\"\xce\x01\n" +
 	"\fCloseRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x17\n" +
 	"\x04size\x18\x03 \x01(\x04H\x00R\x04size\x88\x01\x01\x12\x16\n" +
 	"\x06client\x18\x04 \x01(\x04R\x06client\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x1b\n" +
-	"\tkeep_open\x18\x06 \x01(\bR\bkeepOpenB\a\n" +
-	"\x05_size\"A\n" +
+	"\tkeep_open\x18\x06 \x01(\bR\bkeepOpen\x12\x1d\n" +
+	"\awritten\x18\a \x01(\x04H\x01R\awritten\x88\x01\x01B\a\n" +
+	"\x05_sizeB\n" +
+	"\n" +
+	"\b_written\"m\n" +
 	"\x0fKeepOpenRequest\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\x04R\x06client\x12\x16\n" +
-	"\x06inodes\x18\x02 \x03(\x04R\x06inodes\"\xba\x02\n" +
+	"\x06inodes\x18\x02 \x03(\x04R\x06inodes\x12*\n" +
+	"\x05locks\x18\x03 \x03(\v2\x14.sluice.meta.v1.LockR\x05locks\"K\n" +
+	"\vLockRequest\x12(\n" +
+	"\x04lock\x18\x01 \x01(\v2\x14.sluice.meta.v1.LockR\x04lock\x12\x12\n" +
+	"\x04test\x18\x02 \x01(\bR\x04test\"m\n" +
+	"\tLockReply\x12\x18\n" +
+	"\agranted\x18\x01 \x01(\bR\agranted\x120\n" +
+	"\bconflict\x18\x02 \x01(\v2\x14.sluice.meta.v1.LockR\bconflict\x12\x14\n" +
+	"\x05retry\x18\x03 \x01(\bR\x05retry\"\xba\x02\n" +
 	"\x0eSetattrRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x0e\n" +
 	"\x02at\x18\x02 \x01(\x04R\x02at\x12\x17\n" +
@@ -1576,7 +1989,29 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\bnew_path\x18\x03 \x01(\tR\anewPath\x12\x15\n" +
 	"\x06new_at\x18\x04 \x01(\x04R\x05newAt\x12\x16\n" +
 	"\x06client\x18\x05 \x01(\x04R\x06client\x12\x10\n" +
-	"\x03seq\x18\x06 \x01(\x04R\x03seq\"\x0f\n" +
+	"\x03seq\x18\x06 \x01(\x04R\x03seq\"\xd7\x01\n" +
+	"\fMknodRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\x04R\x02at\x12-\n" +
+	"\x04type\x18\x03 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x10\n" +
+	"\x03uid\x18\x05 \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\x06 \x01(\rR\x03gid\x12\x12\n" +
+	"\x04rdev\x18\a \x01(\rR\x04rdev\x12\x16\n" +
+	"\x06client\x18\b \x01(\x04R\x06client\x12\x10\n" +
+	"\x03seq\x18\t \x01(\x04R\x03seq\"\x9c\x01\n" +
+	"\fXattrRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x0e\n" +
+	"\x02at\x18\x02 \x01(\x04R\x02at\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x14\n" +
+	"\x05value\x18\x04 \x01(\fR\x05value\x12\x14\n" +
+	"\x05flags\x18\x05 \x01(\rR\x05flags\x12\x16\n" +
+	"\x06client\x18\x06 \x01(\x04R\x06client\x12\x10\n" +
+	"\x03seq\x18\a \x01(\x04R\x03seq\"8\n" +
+	"\n" +
+	"XattrReply\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\fR\x05value\x12\x14\n" +
+	"\x05names\x18\x02 \x03(\tR\x05names\"\x0f\n" +
 	"\rStatfsRequest\"\x84\x02\n" +
 	"\vStatfsReply\x12\x16\n" +
 	"\x06inodes\x18\x01 \x01(\x04R\x06inodes\x12\x14\n" +
@@ -1592,7 +2027,7 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
 	"totalBytes\x12\x1d\n" +
 	"\n" +
-	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes2\x9e\t\n" +
+	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes2\xad\f\n" +
 	"\x04Meta\x12:\n" +
 	"\x04Stat\x12\x1b.sluice.meta.v1.PathRequest\x1a\x15.sluice.meta.v1.Inode\x12M\n" +
 	"\tBatchStat\x12 .sluice.meta.v1.BatchStatRequest\x1a\x1e.sluice.meta.v1.BatchStatReply\x12>\n" +
@@ -1608,7 +2043,13 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x05Close\x12\x1c.sluice.meta.v1.CloseRequest\x1a\x15.sluice.meta.v1.Empty\x12B\n" +
 	"\bKeepOpen\x12\x1f.sluice.meta.v1.KeepOpenRequest\x1a\x15.sluice.meta.v1.Empty\x12@\n" +
 	"\aSetattr\x12\x1e.sluice.meta.v1.SetattrRequest\x1a\x15.sluice.meta.v1.Inode\x12:\n" +
-	"\x04Link\x12\x1b.sluice.meta.v1.LinkRequest\x1a\x15.sluice.meta.v1.Inode\x12D\n" +
+	"\x04Link\x12\x1b.sluice.meta.v1.LinkRequest\x1a\x15.sluice.meta.v1.Inode\x12<\n" +
+	"\x05Mknod\x12\x1c.sluice.meta.v1.MknodRequest\x1a\x15.sluice.meta.v1.Inode\x12D\n" +
+	"\bGetXattr\x12\x1c.sluice.meta.v1.XattrRequest\x1a\x1a.sluice.meta.v1.XattrReply\x12D\n" +
+	"\tListXattr\x12\x1b.sluice.meta.v1.PathRequest\x1a\x1a.sluice.meta.v1.XattrReply\x12?\n" +
+	"\bSetXattr\x12\x1c.sluice.meta.v1.XattrRequest\x1a\x15.sluice.meta.v1.Empty\x12B\n" +
+	"\vRemoveXattr\x12\x1c.sluice.meta.v1.XattrRequest\x1a\x15.sluice.meta.v1.Empty\x12>\n" +
+	"\x04Lock\x12\x1b.sluice.meta.v1.LockRequest\x1a\x19.sluice.meta.v1.LockReply\x12D\n" +
 	"\x06Statfs\x12\x1d.sluice.meta.v1.StatfsRequest\x1a\x1b.sluice.meta.v1.StatfsReply\x12A\n" +
 	"\tAddMember\x12\x1d.sluice.meta.v1.MemberRequest\x1a\x15.sluice.meta.v1.Empty\x12D\n" +
 	"\fRemoveMember\x12\x1d.sluice.meta.v1.MemberRequest\x1a\x15.sluice.meta.v1.EmptyB)Z'github.com/sluicefs/sluice/proto/metapbb\x06proto3"
@@ -1625,7 +2066,7 @@ func file_meta_v1_service_proto_rawDescGZIP() []byte {
 	return file_meta_v1_service_proto_rawDescData
 }
 
-var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_meta_v1_service_proto_goTypes = []any{
 	(*MemberRequest)(nil),    // 0: sluice.meta.v1.MemberRequest
 	(*Empty)(nil),            // 1: sluice.meta.v1.Empty
@@ -1643,61 +2084,84 @@ var file_meta_v1_service_proto_goTypes = []any{
 	(*OpenReply)(nil),        // 13: sluice.meta.v1.OpenReply
 	(*CloseRequest)(nil),     // 14: sluice.meta.v1.CloseRequest
 	(*KeepOpenRequest)(nil),  // 15: sluice.meta.v1.KeepOpenRequest
-	(*SetattrRequest)(nil),   // 16: sluice.meta.v1.SetattrRequest
-	(*LinkRequest)(nil),      // 17: sluice.meta.v1.LinkRequest
-	(*StatfsRequest)(nil),    // 18: sluice.meta.v1.StatfsRequest
-	(*StatfsReply)(nil),      // 19: sluice.meta.v1.StatfsReply
-	(*TargetSpace)(nil),      // 20: sluice.meta.v1.TargetSpace
-	(*Inode)(nil),            // 21: sluice.meta.v1.Inode
-	(*DirEntry)(nil),         // 22: sluice.meta.v1.DirEntry
+	(*LockRequest)(nil),      // 16: sluice.meta.v1.LockRequest
+	(*LockReply)(nil),        // 17: sluice.meta.v1.LockReply
+	(*SetattrRequest)(nil),   // 18: sluice.meta.v1.SetattrRequest
+	(*LinkRequest)(nil),      // 19: sluice.meta.v1.LinkRequest
+	(*MknodRequest)(nil),     // 20: sluice.meta.v1.MknodRequest
+	(*XattrRequest)(nil),     // 21: sluice.meta.v1.XattrRequest
+	(*XattrReply)(nil),       // 22: sluice.meta.v1.XattrReply
+	(*StatfsRequest)(nil),    // 23: sluice.meta.v1.StatfsRequest
+	(*StatfsReply)(nil),      // 24: sluice.meta.v1.StatfsReply
+	(*TargetSpace)(nil),      // 25: sluice.meta.v1.TargetSpace
+	(*Inode)(nil),            // 26: sluice.meta.v1.Inode
+	(*DirEntry)(nil),         // 27: sluice.meta.v1.DirEntry
+	(*Lock)(nil),             // 28: sluice.meta.v1.Lock
+	(InodeType)(0),           // 29: sluice.meta.v1.InodeType
 }
 var file_meta_v1_service_proto_depIdxs = []int32{
-	21, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
-	22, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
-	21, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
-	21, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
-	20, // 4: sluice.meta.v1.StatfsReply.target_space:type_name -> sluice.meta.v1.TargetSpace
-	2,  // 5: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
-	3,  // 6: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
-	5,  // 7: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
-	7,  // 8: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
-	7,  // 9: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
-	8,  // 10: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
-	2,  // 11: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
-	2,  // 12: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
-	9,  // 13: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
-	10, // 14: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
-	12, // 15: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
-	14, // 16: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
-	15, // 17: sluice.meta.v1.Meta.KeepOpen:input_type -> sluice.meta.v1.KeepOpenRequest
-	16, // 18: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
-	17, // 19: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
-	18, // 20: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
-	0,  // 21: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
-	0,  // 22: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
-	21, // 23: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
-	4,  // 24: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
-	6,  // 25: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
-	21, // 26: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
-	21, // 27: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
-	21, // 28: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
-	1,  // 29: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
-	1,  // 30: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
-	1,  // 31: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
-	11, // 32: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
-	13, // 33: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
-	1,  // 34: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
-	1,  // 35: sluice.meta.v1.Meta.KeepOpen:output_type -> sluice.meta.v1.Empty
-	21, // 36: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
-	21, // 37: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
-	19, // 38: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
-	1,  // 39: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
-	1,  // 40: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
-	23, // [23:41] is the sub-list for method output_type
-	5,  // [5:23] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	26, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
+	27, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
+	26, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
+	26, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
+	28, // 4: sluice.meta.v1.KeepOpenRequest.locks:type_name -> sluice.meta.v1.Lock
+	28, // 5: sluice.meta.v1.LockRequest.lock:type_name -> sluice.meta.v1.Lock
+	28, // 6: sluice.meta.v1.LockReply.conflict:type_name -> sluice.meta.v1.Lock
+	29, // 7: sluice.meta.v1.MknodRequest.type:type_name -> sluice.meta.v1.InodeType
+	25, // 8: sluice.meta.v1.StatfsReply.target_space:type_name -> sluice.meta.v1.TargetSpace
+	2,  // 9: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
+	3,  // 10: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
+	5,  // 11: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
+	7,  // 12: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
+	7,  // 13: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
+	8,  // 14: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
+	2,  // 15: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
+	2,  // 16: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
+	9,  // 17: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
+	10, // 18: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
+	12, // 19: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
+	14, // 20: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
+	15, // 21: sluice.meta.v1.Meta.KeepOpen:input_type -> sluice.meta.v1.KeepOpenRequest
+	18, // 22: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
+	19, // 23: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
+	20, // 24: sluice.meta.v1.Meta.Mknod:input_type -> sluice.meta.v1.MknodRequest
+	21, // 25: sluice.meta.v1.Meta.GetXattr:input_type -> sluice.meta.v1.XattrRequest
+	2,  // 26: sluice.meta.v1.Meta.ListXattr:input_type -> sluice.meta.v1.PathRequest
+	21, // 27: sluice.meta.v1.Meta.SetXattr:input_type -> sluice.meta.v1.XattrRequest
+	21, // 28: sluice.meta.v1.Meta.RemoveXattr:input_type -> sluice.meta.v1.XattrRequest
+	16, // 29: sluice.meta.v1.Meta.Lock:input_type -> sluice.meta.v1.LockRequest
+	23, // 30: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
+	0,  // 31: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
+	0,  // 32: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
+	26, // 33: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
+	4,  // 34: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
+	6,  // 35: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
+	26, // 36: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
+	26, // 37: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
+	26, // 38: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
+	1,  // 39: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
+	1,  // 40: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
+	1,  // 41: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
+	11, // 42: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
+	13, // 43: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
+	1,  // 44: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
+	1,  // 45: sluice.meta.v1.Meta.KeepOpen:output_type -> sluice.meta.v1.Empty
+	26, // 46: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
+	26, // 47: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
+	26, // 48: sluice.meta.v1.Meta.Mknod:output_type -> sluice.meta.v1.Inode
+	22, // 49: sluice.meta.v1.Meta.GetXattr:output_type -> sluice.meta.v1.XattrReply
+	22, // 50: sluice.meta.v1.Meta.ListXattr:output_type -> sluice.meta.v1.XattrReply
+	1,  // 51: sluice.meta.v1.Meta.SetXattr:output_type -> sluice.meta.v1.Empty
+	1,  // 52: sluice.meta.v1.Meta.RemoveXattr:output_type -> sluice.meta.v1.Empty
+	17, // 53: sluice.meta.v1.Meta.Lock:output_type -> sluice.meta.v1.LockReply
+	24, // 54: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
+	1,  // 55: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
+	1,  // 56: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
+	33, // [33:57] is the sub-list for method output_type
+	9,  // [9:33] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_service_proto_init() }
@@ -1707,14 +2171,14 @@ func file_meta_v1_service_proto_init() {
 	}
 	file_meta_v1_meta_proto_init()
 	file_meta_v1_service_proto_msgTypes[14].OneofWrappers = []any{}
-	file_meta_v1_service_proto_msgTypes[16].OneofWrappers = []any{}
+	file_meta_v1_service_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_service_proto_rawDesc), len(file_meta_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

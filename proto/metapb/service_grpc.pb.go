@@ -38,6 +38,12 @@ const (
 	Meta_KeepOpen_FullMethodName     = "/sluice.meta.v1.Meta/KeepOpen"
 	Meta_Setattr_FullMethodName      = "/sluice.meta.v1.Meta/Setattr"
 	Meta_Link_FullMethodName         = "/sluice.meta.v1.Meta/Link"
+	Meta_Mknod_FullMethodName        = "/sluice.meta.v1.Meta/Mknod"
+	Meta_GetXattr_FullMethodName     = "/sluice.meta.v1.Meta/GetXattr"
+	Meta_ListXattr_FullMethodName    = "/sluice.meta.v1.Meta/ListXattr"
+	Meta_SetXattr_FullMethodName     = "/sluice.meta.v1.Meta/SetXattr"
+	Meta_RemoveXattr_FullMethodName  = "/sluice.meta.v1.Meta/RemoveXattr"
+	Meta_Lock_FullMethodName         = "/sluice.meta.v1.Meta/Lock"
 	Meta_Statfs_FullMethodName       = "/sluice.meta.v1.Meta/Statfs"
 	Meta_AddMember_FullMethodName    = "/sluice.meta.v1.Meta/AddMember"
 	Meta_RemoveMember_FullMethodName = "/sluice.meta.v1.Meta/RemoveMember"
@@ -71,6 +77,18 @@ type MetaClient interface {
 	Setattr(ctx context.Context, in *SetattrRequest, opts ...grpc.CallOption) (*Inode, error)
 	// Link gives an existing file another name.
 	Link(ctx context.Context, in *LinkRequest, opts ...grpc.CallOption) (*Inode, error)
+	// Mknod makes a fifo, a device node, a socket file or an empty file.
+	Mknod(ctx context.Context, in *MknodRequest, opts ...grpc.CallOption) (*Inode, error)
+	// Extended attributes (fsmeta.CheckXattr says which names and sizes).
+	GetXattr(ctx context.Context, in *XattrRequest, opts ...grpc.CallOption) (*XattrReply, error)
+	ListXattr(ctx context.Context, in *PathRequest, opts ...grpc.CallOption) (*XattrReply, error)
+	SetXattr(ctx context.Context, in *XattrRequest, opts ...grpc.CallOption) (*Empty, error)
+	RemoveXattr(ctx context.Context, in *XattrRequest, opts ...grpc.CallOption) (*Empty, error)
+	// Lock takes, changes or releases a file lock (flock or POSIX) held
+	// cluster-wide, or with test only says what would conflict (F_GETLK).
+	// Locks live in the leader's memory; a client's lapse when it stops
+	// renewing (KeepOpen), and a new leader learns them from the renewals.
+	Lock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*LockReply, error)
 	// Statfs counts the namespace's inodes and file bytes.
 	Statfs(ctx context.Context, in *StatfsRequest, opts ...grpc.CallOption) (*StatfsReply, error)
 	// Membership of the Raft group (admin).
@@ -236,6 +254,66 @@ func (c *metaClient) Link(ctx context.Context, in *LinkRequest, opts ...grpc.Cal
 	return out, nil
 }
 
+func (c *metaClient) Mknod(ctx context.Context, in *MknodRequest, opts ...grpc.CallOption) (*Inode, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Inode)
+	err := c.cc.Invoke(ctx, Meta_Mknod_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) GetXattr(ctx context.Context, in *XattrRequest, opts ...grpc.CallOption) (*XattrReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(XattrReply)
+	err := c.cc.Invoke(ctx, Meta_GetXattr_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) ListXattr(ctx context.Context, in *PathRequest, opts ...grpc.CallOption) (*XattrReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(XattrReply)
+	err := c.cc.Invoke(ctx, Meta_ListXattr_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) SetXattr(ctx context.Context, in *XattrRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Meta_SetXattr_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) RemoveXattr(ctx context.Context, in *XattrRequest, opts ...grpc.CallOption) (*Empty, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Empty)
+	err := c.cc.Invoke(ctx, Meta_RemoveXattr_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *metaClient) Lock(ctx context.Context, in *LockRequest, opts ...grpc.CallOption) (*LockReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LockReply)
+	err := c.cc.Invoke(ctx, Meta_Lock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *metaClient) Statfs(ctx context.Context, in *StatfsRequest, opts ...grpc.CallOption) (*StatfsReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(StatfsReply)
@@ -294,6 +372,18 @@ type MetaServer interface {
 	Setattr(context.Context, *SetattrRequest) (*Inode, error)
 	// Link gives an existing file another name.
 	Link(context.Context, *LinkRequest) (*Inode, error)
+	// Mknod makes a fifo, a device node, a socket file or an empty file.
+	Mknod(context.Context, *MknodRequest) (*Inode, error)
+	// Extended attributes (fsmeta.CheckXattr says which names and sizes).
+	GetXattr(context.Context, *XattrRequest) (*XattrReply, error)
+	ListXattr(context.Context, *PathRequest) (*XattrReply, error)
+	SetXattr(context.Context, *XattrRequest) (*Empty, error)
+	RemoveXattr(context.Context, *XattrRequest) (*Empty, error)
+	// Lock takes, changes or releases a file lock (flock or POSIX) held
+	// cluster-wide, or with test only says what would conflict (F_GETLK).
+	// Locks live in the leader's memory; a client's lapse when it stops
+	// renewing (KeepOpen), and a new leader learns them from the renewals.
+	Lock(context.Context, *LockRequest) (*LockReply, error)
 	// Statfs counts the namespace's inodes and file bytes.
 	Statfs(context.Context, *StatfsRequest) (*StatfsReply, error)
 	// Membership of the Raft group (admin).
@@ -353,6 +443,24 @@ func (UnimplementedMetaServer) Setattr(context.Context, *SetattrRequest) (*Inode
 }
 func (UnimplementedMetaServer) Link(context.Context, *LinkRequest) (*Inode, error) {
 	return nil, status.Error(codes.Unimplemented, "method Link not implemented")
+}
+func (UnimplementedMetaServer) Mknod(context.Context, *MknodRequest) (*Inode, error) {
+	return nil, status.Error(codes.Unimplemented, "method Mknod not implemented")
+}
+func (UnimplementedMetaServer) GetXattr(context.Context, *XattrRequest) (*XattrReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetXattr not implemented")
+}
+func (UnimplementedMetaServer) ListXattr(context.Context, *PathRequest) (*XattrReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListXattr not implemented")
+}
+func (UnimplementedMetaServer) SetXattr(context.Context, *XattrRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetXattr not implemented")
+}
+func (UnimplementedMetaServer) RemoveXattr(context.Context, *XattrRequest) (*Empty, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveXattr not implemented")
+}
+func (UnimplementedMetaServer) Lock(context.Context, *LockRequest) (*LockReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Lock not implemented")
 }
 func (UnimplementedMetaServer) Statfs(context.Context, *StatfsRequest) (*StatfsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Statfs not implemented")
@@ -654,6 +762,114 @@ func _Meta_Link_Handler(srv interface{}, ctx context.Context, dec func(interface
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Meta_Mknod_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MknodRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Mknod(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Mknod_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Mknod(ctx, req.(*MknodRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_GetXattr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(XattrRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).GetXattr(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_GetXattr_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).GetXattr(ctx, req.(*XattrRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_ListXattr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PathRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).ListXattr(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_ListXattr_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).ListXattr(ctx, req.(*PathRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_SetXattr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(XattrRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).SetXattr(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_SetXattr_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).SetXattr(ctx, req.(*XattrRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_RemoveXattr_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(XattrRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).RemoveXattr(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_RemoveXattr_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).RemoveXattr(ctx, req.(*XattrRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Meta_Lock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MetaServer).Lock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Meta_Lock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MetaServer).Lock(ctx, req.(*LockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Meta_Statfs_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(StatfsRequest)
 	if err := dec(in); err != nil {
@@ -774,6 +990,30 @@ var Meta_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Link",
 			Handler:    _Meta_Link_Handler,
+		},
+		{
+			MethodName: "Mknod",
+			Handler:    _Meta_Mknod_Handler,
+		},
+		{
+			MethodName: "GetXattr",
+			Handler:    _Meta_GetXattr_Handler,
+		},
+		{
+			MethodName: "ListXattr",
+			Handler:    _Meta_ListXattr_Handler,
+		},
+		{
+			MethodName: "SetXattr",
+			Handler:    _Meta_SetXattr_Handler,
+		},
+		{
+			MethodName: "RemoveXattr",
+			Handler:    _Meta_RemoveXattr_Handler,
+		},
+		{
+			MethodName: "Lock",
+			Handler:    _Meta_Lock_Handler,
 		},
 		{
 			MethodName: "Statfs",

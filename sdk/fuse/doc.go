@@ -10,8 +10,9 @@
 // in the SDK and the metadata service. What it keeps itself is what only a
 // mount has: the open-file table (one SDK file per inode, shared by the
 // kernel's handles on it), sequential readahead into registered memory,
-// directory listings between opendir and releasedir, and the mapping of
-// errors to errno values.
+// directory listings between opendir and releasedir, the files known for a
+// moment to have no security.capability (which the kernel reads before
+// every write), and the mapping of errors to errno values.
 //
 // Permission checks are the kernel's (the default_permissions mount
 // option), against the mode, owner and group the metadata service keeps,

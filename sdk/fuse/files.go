@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -167,6 +168,11 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 	if err != nil {
 		return fs.errno("create", in.NodeId, err)
 	}
+	return fs.openMade(cancel, in, ino, out)
+}
+
+// openMade opens the file Create or Tmpfile made, and answers with it.
+func (fs *FS) openMade(cancel <-chan struct{}, in *gofuse.CreateIn, ino *sdk.FileInfo, out *gofuse.CreateOut) gofuse.Status {
 	open := gofuse.OpenIn{InHeader: in.InHeader, Flags: in.Flags}
 	open.NodeId = ino.Ino()
 	if st := fs.Open(cancel, &open, &out.OpenOut); !st.Ok() {
@@ -174,6 +180,18 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 	}
 	fs.fillEntry(ino, &out.EntryOut)
 	return gofuse.OK
+}
+
+// Tmpfile is open(2) with O_TMPFILE: a file with no name in directory
+// in.NodeId, opened; linkat(2) gives it one.
+func (fs *FS) Tmpfile(cancel <-chan struct{}, in *gofuse.CreateIn, out *gofuse.CreateOut) gofuse.Status {
+	ctx, done := fs.op()
+	defer done()
+	ino, err := fs.c.CreateTempAt(ctx, in.NodeId, "", owner(&in.InHeader, in.Mode))
+	if err != nil {
+		return fs.errno("tmpfile", in.NodeId, err)
+	}
+	return fs.openMade(cancel, in, ino, out)
 }
 
 func (fs *FS) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte) (gofuse.ReadResult, gofuse.Status) {
@@ -204,8 +222,15 @@ func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (ui
 
 // Flush comes with every close(2): the length written so far becomes
 // visible to every client, as after close on a local file system.
+// Flush publishes the length, and drops the POSIX locks of the closing
+// owner on the file, as close(2) does.
 func (fs *FS) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
-	return fs.sync("flush", in.NodeId, in.Fh)
+	if st := fs.sync("flush", in.NodeId, in.Fh); !st.Ok() {
+		return st
+	}
+	ctx, done := fs.op()
+	defer done()
+	return fs.status("flush", in.NodeId, fs.c.ReleaseLocksAt(ctx, in.NodeId, in.LockOwner, false))
 }
 
 func (fs *FS) Fsync(cancel <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
@@ -230,10 +255,21 @@ func (fs *FS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
 	if h == nil {
 		return
 	}
+	if in.ReleaseFlags&releaseFlockUnlock != 0 { // the last close of a file that held a flock
+		ctx, done := fs.op()
+		if err := fs.c.ReleaseLocksAt(ctx, in.NodeId, in.LockOwner, true); err != nil {
+			fs.errno("release", in.NodeId, err)
+		}
+		done()
+	}
 	if err := fs.drop(h.of); err != nil {
 		fs.errno("release", in.NodeId, err)
 	}
 }
+
+// releaseFlockUnlock is FUSE_RELEASE_FLOCK_UNLOCK: release the flocks of
+// the file's lock owner.
+const releaseFlockUnlock = 1 << 1
 
 func (of *openFile) read(ctx context.Context, p []byte, off int64) (int, error) {
 	of.mu.RLock()
@@ -258,6 +294,42 @@ func (of *openFile) truncate(ctx context.Context, size int64) error {
 	defer of.mu.RUnlock()
 	of.ra.invalidate()
 	return of.f.Truncate(ctx, size)
+}
+
+func (of *openFile) allocate(ctx context.Context, off, n int64, mode uint32) error {
+	of.mu.RLock()
+	defer of.mu.RUnlock()
+	of.ra.invalidate()
+	if mode == punchHole|keepSize {
+		return of.f.PunchHole(ctx, off, n)
+	}
+	return of.f.Allocate(ctx, off, n, mode&keepSize != 0)
+}
+
+// fallocate(2)'s modes the mount takes.
+const (
+	keepSize  = 0x01 // FALLOC_FL_KEEP_SIZE
+	punchHole = 0x02 // FALLOC_FL_PUNCH_HOLE
+)
+
+// Fallocate takes the default mode (extend the length),
+// FALLOC_FL_KEEP_SIZE (nothing to do: chunks are allocated as they are
+// written) and FALLOC_FL_PUNCH_HOLE with it (sdk.File.PunchHole); the
+// other modes are EOPNOTSUPP.
+func (fs *FS) Fallocate(cancel <-chan struct{}, in *gofuse.FallocateIn) gofuse.Status {
+	if in.Mode != 0 && in.Mode != keepSize && in.Mode != punchHole|keepSize {
+		return gofuse.Status(syscall.EOPNOTSUPP)
+	}
+	h := fs.handle(in.Fh)
+	if h == nil {
+		return gofuse.EBADF
+	}
+	if in.Offset > math.MaxInt64 || in.Length > math.MaxInt64 {
+		return gofuse.Status(syscall.EFBIG)
+	}
+	ctx, done := fs.op()
+	defer done()
+	return fs.status("fallocate", in.NodeId, h.of.allocate(ctx, int64(in.Offset), int64(in.Length), in.Mode))
 }
 
 func (of *openFile) sync(ctx context.Context) error {

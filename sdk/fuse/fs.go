@@ -60,7 +60,7 @@ func (c *Config) defaults() {
 // FS is the file system the kernel talks to: a gofuse.RawFileSystem over
 // an SDK client.
 type FS struct {
-	gofuse.RawFileSystem // ENOSYS for what Sluice does not do (xattrs, locks, ...)
+	gofuse.RawFileSystem // ENOSYS for what Sluice does not do (locks, ...)
 
 	c   *sdk.Client
 	cfg Config
@@ -73,6 +73,8 @@ type FS struct {
 	fhs    map[uint64]*handle   // by file handle
 	dirs   map[uint64]*dirHandle
 	nextFh uint64
+
+	noCaps capCache
 }
 
 var _ gofuse.RawFileSystem = (*FS)(nil)
@@ -90,6 +92,9 @@ func (fs *FS) String() string { return "sluice" }
 type Stats struct {
 	Windows        atomic.Int64 // windows fetched, each in one batched read
 	ReadaheadBytes atomic.Int64 // bytes the kernel got out of windows
+	// CapsRemembered counts the kernel's reads of security.capability
+	// (one before every write) answered from memory (xattr.go).
+	CapsRemembered atomic.Int64
 }
 
 // Stats is the mount's counters.
@@ -114,7 +119,7 @@ func (fs *FS) fillAttr(in *sdk.FileInfo, a *gofuse.Attr) {
 		}
 	}
 	*a = gofuse.Attr{Ino: in.Ino(), Size: size, Blocks: (size + 511) / 512, Mode: in.UnixMode(),
-		Nlink: in.Nlink(), Owner: gofuse.Owner{Uid: in.UID(), Gid: in.GID()}, Blksize: 1 << 20}
+		Nlink: in.Nlink(), Owner: gofuse.Owner{Uid: in.UID(), Gid: in.GID()}, Rdev: in.Rdev(), Blksize: 1 << 20}
 	a.Atime, a.Atimensec = unixTime(in.AccessTime())
 	a.Mtime, a.Mtimensec = unixTime(in.ModTime())
 	a.Ctime, a.Ctimensec = unixTime(in.ChangeTime())
@@ -222,14 +227,13 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *gofuse.MkdirIn, name string, out
 	return fs.entry("mkdir", in.NodeId, ino, err, out)
 }
 
-// Mknod makes regular files only (no devices, fifos or sockets).
+// Mknod makes regular files, fifos, device nodes and socket files (bind(2)
+// on a unix socket makes one); the kernel gives the special ones their
+// behaviour.
 func (fs *FS) Mknod(cancel <-chan struct{}, in *gofuse.MknodIn, name string, out *gofuse.EntryOut) gofuse.Status {
-	if in.Mode&syscall.S_IFMT != syscall.S_IFREG {
-		return gofuse.EPERM
-	}
 	ctx, done := fs.op()
 	defer done()
-	ino, err := fs.c.CreateAt(ctx, in.NodeId, name, owner(&in.InHeader, in.Mode))
+	ino, err := fs.c.MknodAt(ctx, in.NodeId, name, in.Mode, in.Rdev, owner(&in.InHeader, in.Mode))
 	return fs.entry("mknod", in.NodeId, ino, err, out)
 }
 

@@ -41,8 +41,8 @@ func New(c *sdk.Client, dir string, cfg Config) (*Mount, error) {
 		// as for a local file system.
 		Options:       []string{"default_permissions"},
 		DirectMount:   os.Geteuid() == 0, // no fusermount3 needed as root
-		DisableXAttrs: true,
-		DisableSplice: true, // 1 MiB requests do not fit the default pipe; plain reads are as fast here
+		EnableLocks:   true,              // flock and POSIX locks held cluster-wide (locks.go)
+		DisableSplice: true,              // 1 MiB requests do not fit the default pipe; plain reads are as fast here
 	}
 	srv, err := gofuse.NewServer(fs, dir, opts)
 	if err != nil {

@@ -23,16 +23,33 @@ type mounted struct {
 // where the machine has no /dev/fuse (CI has it and runs them as root).
 func mount(t testing.TB, chunkSize int) *mounted {
 	t.Helper()
+	return mountWith(t, cluster.Config{Targets: 3, ChunkSize: chunkSize})
+}
+
+// mountWith mounts a new cluster started with cfg (its Dir a temporary
+// one).
+func mountWith(t testing.TB, cfg cluster.Config) *mounted {
+	t.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse on this machine")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), Targets: 3, ChunkSize: chunkSize})
+	cfg.Dir = t.TempDir()
+	c, err := cluster.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return mountOn(t, c)
+}
+
+// mountOn mounts cluster c once more, through a client of its own, as
+// another machine would.
+func mountOn(t testing.TB, c *cluster.Cluster) *mounted {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
 	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token})
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func TestPermissions(t *testing.T) {
 // TestMain runs a mount process in a child (role "mount", TestStaleMount's
 // victim): it mounts, says so, and waits to be killed.
 func TestMain(m *testing.M) {
-	testproc.Main(m, map[string]func(string) error{"mount": helperMount})
+	testproc.Main(m, map[string]func(string) error{"mount": helperMount, "call": helperCall})
 }
 
 func helperMount(spec string) error {

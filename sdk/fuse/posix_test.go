@@ -6,14 +6,18 @@ import (
 	"errors"
 	iofs "io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sluicefs/sluice/fsmeta"
 )
 
 // errnoOf is the errno inside err, 0 for none.
@@ -72,7 +76,6 @@ func TestErrnos(t *testing.T) {
 		{"readlink of a file", func() error { _, err := os.Readlink(at("f")); return err }(), syscall.EINVAL},
 		{"open a directory for writing", func() error { _, err := os.OpenFile(at("d"), os.O_WRONLY, 0); return err }(), syscall.EISDIR},
 		{"truncate a directory", os.Truncate(at("d"), 0), syscall.EISDIR},
-		{"mkfifo", syscall.Mkfifo(at("fifo"), 0o644), syscall.EPERM},
 		{"rename with RENAME_NOREPLACE over a file", unix.Renameat2(unix.AT_FDCWD, at("d"), unix.AT_FDCWD, at("f"), unix.RENAME_NOREPLACE), syscall.EEXIST},
 	}
 	for _, tc := range cases {
@@ -294,4 +297,33 @@ func TestOperations(t *testing.T) {
 			t.Fatalf("access of a missing file: %v", err)
 		}
 	})
+}
+
+// TestLargestFile: a file may be truncated to fsmeta.MaxFileSize; past it
+// truncate(2), truncate(1) and a write fail with EFBIG ("File too large").
+func TestLargestFile(t *testing.T) {
+	mt := mount(t, 64<<10)
+	p := filepath.Join(mt.dir, "huge")
+	must(t, os.WriteFile(p, nil, 0o644))
+	must(t, os.Truncate(p, fsmeta.MaxFileSize))
+	if fi, err := os.Stat(p); err != nil || fi.Size() != fsmeta.MaxFileSize {
+		t.Fatalf("after truncating to the largest length: %v, %v", fi, err)
+	}
+	if err := os.Truncate(p, fsmeta.MaxFileSize+1); errnoOf(err) != syscall.EFBIG {
+		t.Fatalf("truncate(2) past the largest length: %v", err)
+	}
+	out, err := exec.Command("truncate", "-s", strconv.FormatInt(fsmeta.MaxFileSize+1, 10), p).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "File too large") {
+		t.Fatalf("truncate -s past the largest length: %v, %q", err, out)
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	must(t, err)
+	defer f.Close()
+	if _, err := f.WriteAt([]byte("x"), fsmeta.MaxFileSize); errnoOf(err) != syscall.EFBIG {
+		t.Fatalf("a write past the largest length: %v", err)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Size() != fsmeta.MaxFileSize {
+		t.Fatalf("after the refusals: %v, %v", fi, err)
+	}
+	must(t, os.Remove(p))
 }

@@ -75,6 +75,18 @@ type ControlConfig struct {
 	// CollectDelay is how long an unlinked file's chunks stay before the
 	// collector removes them (default 1 minute).
 	CollectDelay time.Duration
+	// CollectInterval is how often the collector walks its queue (default
+	// CollectDelay, within 1 to 10 seconds).
+	CollectInterval time.Duration
+	// CollectWorkers is how many files the collector removes at once
+	// (default 8).
+	CollectWorkers int
+	// ElectionWait is how long a new leader acts on none of the state
+	// clients renew in its memory: it collects nothing (read leases) and
+	// grants no file lock (held locks) until they have reached it
+	// (default fsmeta.ReadLease; negative: none, for a test whose clients
+	// all start with the cluster).
+	ElectionWait time.Duration
 	Logger       *slog.Logger
 }
 
@@ -108,6 +120,9 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	if cfg.CollectDelay <= 0 {
 		cfg.CollectDelay = time.Minute
 	}
+	if cfg.CollectInterval <= 0 {
+		cfg.CollectInterval = min(10*time.Second, max(cfg.CollectDelay, time.Second))
+	}
 	cfg.Logger = quiet(cfg.Logger)
 	c := &Control{}
 	bg, cancel := context.WithCancel(context.Background())
@@ -139,6 +154,9 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	c.gs = grpc.NewServer(grpc.ChainUnaryInterceptor(unary, c.metrics.Interceptor()), grpc.StreamInterceptor(stream))
 	metaSvc := meta.NewService(c.replica)
 	metaSvc.ReportSpace(det.TargetSpace)
+	if cfg.ElectionWait != 0 {
+		metaSvc.SetElectionWait(cfg.ElectionWait)
+	}
 	metapb.RegisterMetaServer(c.gs, metaSvc)
 	mgmtdpb.RegisterMgmtdServer(c.gs, mgmtd.NewService(c.replica, det))
 	ln, err := net.Listen("tcp", cfg.Listen)
@@ -200,9 +218,11 @@ func (c *Control) collect(ctx context.Context, tr fabric.Transport, cfg ControlC
 		return
 	}
 	defer ep.Close()
-	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: chunkio.NewClient(ep, rt), Map: c.replica.ClusterMap}, cfg.CollectDelay, cfg.Logger)
+	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: chunkio.NewClient(ep, rt), Map: c.replica.ClusterMap},
+		meta.CollectorConfig{Delay: cfg.CollectDelay, Workers: cfg.CollectWorkers, ElectionWait: cfg.ElectionWait,
+			Metrics: c.metrics.Collector(), Logger: cfg.Logger})
 	c.collector.Store(col)
-	col.Run(ctx, min(10*time.Second, max(cfg.CollectDelay, time.Second)))
+	col.Run(ctx, cfg.CollectInterval)
 }
 
 // Collect runs one round of the chunk collector at once, as if the clock
@@ -495,9 +515,13 @@ type Config struct {
 	Listen string
 	// ChunkSize is the root directory's chunk size (default 1 MiB).
 	ChunkSize int
-	// CollectDelay is how long unlinked files' chunks stay (default 1 minute).
-	CollectDelay time.Duration
-	Logger       *slog.Logger
+	// CollectDelay is how long unlinked files' chunks stay (default 1
+	// minute); CollectInterval and ElectionWait are
+	// ControlConfig's.
+	CollectDelay    time.Duration
+	CollectInterval time.Duration
+	ElectionWait    time.Duration
+	Logger          *slog.Logger
 }
 
 // Cluster is a running embedded cluster.
@@ -532,7 +556,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c := &Cluster{Token: token, local: local.NewNetwork()}
 	c.control, err = StartControl(ctx, ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), Listen: cfg.Listen, Token: token,
 		ChunkSize: cfg.ChunkSize, Stripe: cfg.Targets, ExpectTargets: cfg.Targets, Replicas: cfg.Replicas, Local: c.local,
-		CollectDelay: cfg.CollectDelay, Logger: cfg.Logger})
+		CollectDelay: cfg.CollectDelay, CollectInterval: cfg.CollectInterval, ElectionWait: cfg.ElectionWait, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -2,11 +2,15 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/proto/metapb"
 )
 
@@ -17,7 +21,7 @@ type removed struct {
 	inos []uint64
 }
 
-func (r *removed) RemoveChunks(ctx context.Context, f *metapb.Inode) error {
+func (r *removed) RemoveChunks(ctx context.Context, f *metapb.Inode, from, to uint64) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inos = append(r.inos, f.Ino)
@@ -60,7 +64,7 @@ func TestSessionsAndCollector(t *testing.T) {
 	}
 	rm := &removed{}
 	ctx := context.Background()
-	c := NewCollector(r, rm, time.Minute, quietSlog())
+	c := NewCollector(r, rm, CollectorConfig{Delay: time.Minute, Logger: quietSlog()})
 	if n, err := c.Collect(ctx, time.Now()); err != nil || n != 0 {
 		t.Fatalf("collected %d before the delay: %v", n, err)
 	}
@@ -68,11 +72,12 @@ func TestSessionsAndCollector(t *testing.T) {
 	if err != nil || n != 1 || len(rm.inos) != 1 || rm.inos[0] != g.Ino {
 		t.Fatalf("after the delay: collected %d (%v), %v; want only g, f's session is open", n, rm.inos, err)
 	}
-	// f's writer dies: its sessions are pruned, and f goes too.
+	// f's writer dies: its sessions are pruned, and f goes too. It never
+	// had a byte written, so storage is not asked to remove anything.
 	do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_PruneClient{PruneClient: 7}})
 	n, err = c.Collect(ctx, time.Now().Add(2*time.Minute))
-	if err != nil || n != 1 || len(rm.inos) != 2 || rm.inos[1] != f.Ino {
-		t.Fatalf("after pruning: collected %d (%v), %v", n, rm.inos, err)
+	if err != nil || n != 1 || len(rm.inos) != 1 {
+		t.Fatalf("after pruning: collected %d (storage asked for %v), %v", n, rm.inos, err)
 	}
 	if left, _ := r.Namespace().Garbage(10); len(left) != 0 {
 		t.Fatalf("still queued: %v", left)
@@ -91,13 +96,13 @@ func TestSessionSemantics(t *testing.T) {
 		}
 	}
 	big, small := uint64(1000), uint64(0)
-	if err := ns.CloseSession(f.Ino, 2, 7, &big, false, 2); err != nil {
+	if err := ns.CloseSession(f.Ino, 2, 7, &big, nil, false, 2); err != nil {
 		t.Fatal(err)
 	}
 	if open, _ := ns.HasSessions(f.Ino); !open {
 		t.Fatal("closing client 2's session closed client 1's")
 	}
-	if err := ns.CloseSession(f.Ino, 1, 7, &small, false, 3); err != nil {
+	if err := ns.CloseSession(f.Ino, 1, 7, &small, nil, false, 3); err != nil {
 		t.Fatal(err)
 	}
 	if in := must(ns.Stat(f.Ino))(t); in.Size != 1000 {
@@ -109,11 +114,90 @@ func TestSessionSemantics(t *testing.T) {
 		t.Fatal(err)
 	}
 	final := uint64(5 << 20)
-	if err := ns.CloseSession(g.Ino, 1, 1, &final, false, 5); err != nil {
+	if err := ns.CloseSession(g.Ino, 1, 1, &final, nil, false, 5); err != nil {
 		t.Fatal(err)
 	}
 	q := must(ns.Garbage(10))(t)
 	if len(q) != 1 || q[0].Ino != g.Ino || q[0].Size != final {
 		t.Fatalf("collector record %v, want inode %d with size %d", q, g.Ino, final)
+	}
+}
+
+// ranges records the chunk ranges the collector asked storage to remove,
+// and hangs on the files in stuck until their attempt's context ends.
+type ranges struct {
+	mu     sync.Mutex
+	chunks map[uint64]uint64 // inode -> chunks asked for
+	stuck  map[uint64]bool
+}
+
+func (r *ranges) RemoveChunks(ctx context.Context, f *metapb.Inode, from, to uint64) error {
+	r.mu.Lock()
+	stuck := r.stuck[f.Ino]
+	if !stuck {
+		r.chunks[f.Ino] += to - from
+	}
+	r.mu.Unlock()
+	if stuck {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+// TestCollectorCostAndStuckFile: a file truncated to the largest length
+// and never written costs the collector nothing on storage; a written file
+// costs its written chunks, however far it was then truncated; a file
+// whose storage hangs holds up no other and is collected once storage
+// answers again.
+func TestCollectorCostAndStuckFile(t *testing.T) {
+	r := soloReplica(t)
+	rs := []*Replica{r}
+	now := time.Now().UnixNano()
+	create := func(name string) *metapb.Inode {
+		return do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_Create{Create: &metapb.CreateOp{Parent: RootIno, Name: name}}}).Inode
+	}
+	huge, wrote := create("huge"), create("wrote")
+	stuck := create("stuck")
+	maxSize, size, written := uint64(fsmeta.MaxFileSize), uint64(fsmeta.MaxFileSize), uint64(3<<20+1) // 4 chunks of 1 MiB
+	do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_Setattr{Setattr: &metapb.SetattrOp{Ino: huge.Ino, Size: &maxSize}}})
+	for _, f := range []*metapb.Inode{wrote, stuck} {
+		do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_OpenSession{OpenSession: &metapb.SessionOp{Ino: f.Ino, Session: 1, Client: 1}}})
+		do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: f.Ino, Session: 1, Client: 1, Size: &size, Written: &written}}})
+	}
+	if in, _ := r.Namespace().Stat(wrote.Ino); in.Size != size || ChunksOf(in) != 4 {
+		t.Fatalf("a file of length %d written to %d: %d chunks to collect, want 4", in.Size, written, ChunksOf(in))
+	}
+	if in, _ := r.Namespace().Stat(huge.Ino); in.Size != maxSize || ChunksOf(in) != 0 {
+		t.Fatalf("a file truncated to %d, never written: %d chunks to collect, want 0", in.Size, ChunksOf(in))
+	}
+	for _, name := range []string{"huge", "wrote", "stuck"} {
+		do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_Unlink{Unlink: &metapb.RemoveOp{Parent: RootIno, Name: name}}})
+	}
+	rm := &ranges{chunks: map[uint64]uint64{}, stuck: map[uint64]bool{stuck.Ino: true}}
+	m := NewCollectorMetrics()
+	c := NewCollector(r, rm, CollectorConfig{Delay: time.Millisecond, Workers: 2, FileTimeout: 200 * time.Millisecond, Metrics: m, Logger: quietSlog()})
+	ctx := context.Background()
+	n, err := c.Collect(ctx, time.Now().Add(time.Second))
+	if n != 2 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("collected %d (%v), want the 2 files whose storage answers and the stuck one's timeout", n, err)
+	}
+	if rm.chunks[huge.Ino] != 0 || rm.chunks[wrote.Ino] != 4 {
+		t.Fatalf("chunks removed: %v; want none of the huge file, 4 of the written one", rm.chunks)
+	}
+	rm.mu.Lock()
+	rm.stuck = nil
+	rm.mu.Unlock()
+	if n, err := c.Collect(ctx, time.Now().Add(time.Second)); n != 1 || err != nil {
+		t.Fatalf("once storage answers: collected %d, %v", n, err)
+	}
+	if got := testutil.ToFloat64(m.chunks); got != 8 {
+		t.Fatalf("sluice_meta_collector_chunks_removed_total %v, want 8", got)
+	}
+	if f, e := testutil.ToFloat64(m.files), testutil.ToFloat64(m.errors); f != 3 || e != 1 {
+		t.Fatalf("files_total %v, errors_total %v; want 3 and 1", f, e)
+	}
+	if n, err := c.Collect(ctx, time.Now().Add(time.Second)); n != 0 || err != nil || testutil.ToFloat64(m.pending) != 0 {
+		t.Fatalf("an empty queue: collected %d, %v, pending %v", n, err, testutil.ToFloat64(m.pending))
 	}
 }

@@ -1,7 +1,9 @@
-// Package meta owns Sluice's namespace: inodes, directory entries,
-// symlinks, hard links, attributes and file layouts, and the operations on
-// them (mkdir, create, lookup, stat, list, rename, unlink, rmdir, symlink,
-// link, setattr, statfs).
+// Package meta owns Sluice's namespace: inodes (files, directories,
+// symlinks, fifos, device nodes, socket files), directory entries, hard
+// links, attributes, extended attributes and file layouts, and the
+// operations on them (mkdir, create, mknod, lookup, stat, list, rename,
+// unlink, rmdir, symlink, link, setattr, the xattr calls, statfs); and the
+// chunk collector, which removes unlinked files' chunks.
 //
 // Namespace is the state machine: every mutation is a deterministic
 // function of the namespace and its arguments (the caller supplies the
@@ -12,8 +14,9 @@
 //
 // Keys: "i" + inode number (big-endian) -> metapb.Inode; "d" + parent inode
 // number + name -> child inode number and type; "g" + inode number -> files
-// whose last link went, for the chunk collector; "n" -> the next inode
-// number.
+// whose last link went, for the chunk collector; "x" + inode number +
+// name -> an extended attribute; "w" + inode + client + session -> a write
+// session; "n" -> the next inode number.
 //
 // Names are refused (ErrInvalidName) if empty, ".", "..", or if they hold
 // '/' or NUL; longer than 255 bytes is ErrNameTooLong, paths longer than

@@ -32,6 +32,9 @@ type FSM struct {
 	ns      *Namespace
 	cluster *mgmtd.ClusterMap
 	applied atomic.Uint64 // the last log index applied (Raft's own counter runs ahead of the FSM)
+	// rootTimed: the root directory's times are known to be set (see
+	// Namespace.StampRoot); only the apply goroutine touches it.
+	rootTimed bool
 }
 
 var _ raft.FSM = (*FSM)(nil)
@@ -86,6 +89,9 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 			}
 		}
 	}
+	if !f.rootTimed && cmd.NowNs != 0 {
+		f.rootTimed = f.ns.StampRoot(cmd.NowNs) == nil
+	}
 	res := f.apply(cmd)
 	res.Seq = cmd.Seq
 	if cmd.Client != 0 {
@@ -108,7 +114,20 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 	case *metapb.Command_Mkdir:
 		in, err = f.ns.Mkdir(op.Mkdir.Parent, op.Mkdir.Name, Attrs{Mode: op.Mkdir.Mode, UID: op.Mkdir.Uid, GID: op.Mkdir.Gid, Now: now})
 	case *metapb.Command_Create:
-		in, err = f.ns.Create(op.Create.Parent, op.Create.Name, Attrs{Mode: op.Create.Mode, UID: op.Create.Uid, GID: op.Create.Gid, Now: now})
+		a := Attrs{Mode: op.Create.Mode, UID: op.Create.Uid, GID: op.Create.Gid, Now: now}
+		if op.Create.Tmpfile {
+			in, err = f.ns.CreateTemp(op.Create.Parent, a)
+		} else {
+			in, err = f.ns.Create(op.Create.Parent, op.Create.Name, a)
+		}
+	case *metapb.Command_Mknod:
+		m := op.Mknod
+		in, err = f.ns.Mknod(m.Parent, m.Name, m.Type, m.Rdev, Attrs{Mode: m.Mode, UID: m.Uid, GID: m.Gid, Now: now})
+	case *metapb.Command_SetXattr:
+		x := op.SetXattr
+		err = f.ns.SetXattr(x.Ino, x.Name, x.Value, x.Flags, now)
+	case *metapb.Command_RemoveXattr:
+		err = f.ns.RemoveXattr(op.RemoveXattr.Ino, op.RemoveXattr.Name, now)
 	case *metapb.Command_Symlink:
 		in, err = f.ns.Symlink(op.Symlink.Parent, op.Symlink.Name, op.Symlink.Target, Attrs{Mode: 0o777, UID: op.Symlink.Uid, GID: op.Symlink.Gid, Now: now})
 	case *metapb.Command_Link:
@@ -133,7 +152,7 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 	case *metapb.Command_OpenSession:
 		err = f.ns.OpenSession(op.OpenSession.Ino, op.OpenSession.Client, op.OpenSession.Session, now)
 	case *metapb.Command_CloseSession:
-		err = f.ns.CloseSession(op.CloseSession.Ino, op.CloseSession.Client, op.CloseSession.Session, op.CloseSession.Size, op.CloseSession.Keep, now)
+		err = f.ns.CloseSession(op.CloseSession.Ino, op.CloseSession.Client, op.CloseSession.Session, op.CloseSession.Size, op.CloseSession.Written, op.CloseSession.Keep, now)
 	case *metapb.Command_PruneClient:
 		err = f.ns.PruneClient(op.PruneClient)
 	default:
@@ -229,6 +248,7 @@ func (f *FSM) Restore(r io.ReadCloser) error {
 		return err
 	}
 	f.cluster.Notify()
+	f.rootTimed = false
 	v, err := get(dbReader{f.db}, appliedKey)
 	if err == nil && len(v) == 8 {
 		f.applied.Store(binary.BigEndian.Uint64(v))

@@ -26,6 +26,7 @@ type Metrics struct {
 	calls *prometheus.CounterVec
 	took  *prometheus.HistogramVec
 	apply prometheus.Histogram
+	coll  *CollectorMetrics
 }
 
 // NewMetrics makes the metrics for replica r in a registry of their own.
@@ -42,6 +43,8 @@ func NewMetrics(r *Replica) *Metrics {
 			Name: "sluice_meta_apply_seconds", Help: "Time from proposing a command to its result, on the leader.", Buckets: prometheus.ExponentialBuckets(1e-4, 4, 10),
 		}),
 	}
+	m.coll = NewCollectorMetrics()
+	m.reg.MustRegister(m.coll.Collectors()...)
 	state := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "sluice_meta_raft_state", Help: "1 for the Raft state this replica is in.",
 	}, []string{"state"})
@@ -87,6 +90,10 @@ func (m *Metrics) Register(cs ...prometheus.Collector) error {
 	}
 	return nil
 }
+
+// Collector is the chunk collector's metrics (CollectorConfig.Metrics),
+// served with the replica's.
+func (m *Metrics) Collector() *CollectorMetrics { return m.coll }
 
 // Gatherer is the registry, for a process's /metrics.
 func (m *Metrics) Gatherer() prometheus.Gatherer { return m.reg }

@@ -51,6 +51,23 @@ func Open(db *pebble.DB, rootLayout *metapb.Layout, now int64) (*Namespace, erro
 	return ns, nil
 }
 
+// StampRoot sets the root directory's times to now if they were never set:
+// the root is made without a time (every replica makes it alike, outside
+// the log), so the first command applied, moments after the group is
+// formatted, gives it the leader's clock. All replicas apply that command
+// alike, so they agree; a group formatted before this was kept gets its
+// root stamped by its next command.
+func (ns *Namespace) StampRoot(now int64) error {
+	return ns.write(func(b *pebble.Batch) error {
+		root, err := loadInode(batchReader{b}, RootIno)
+		if err != nil || root.AtimeNs != 0 || root.MtimeNs != 0 || root.CtimeNs != 0 {
+			return err
+		}
+		root.AtimeNs, root.MtimeNs, root.CtimeNs = now, now, now
+		return putInode(b, root)
+	})
+}
+
 func inodeKey(ino uint64) []byte { return binary.BigEndian.AppendUint64([]byte{'i'}, ino) }
 
 func direntKey(parent uint64, name string) []byte {
@@ -213,11 +230,61 @@ func (ns *Namespace) Mkdir(parent uint64, name string, a Attrs) (*metapb.Inode, 
 	})
 }
 
-// Create makes an empty file with its directory's layout.
+// Create makes an empty file with its directory's layout, nothing
+// written yet.
 func (ns *Namespace) Create(parent uint64, name string, a Attrs) (*metapb.Inode, error) {
 	return ns.make(parent, name, metapb.InodeType_FILE, a, func(in, dir *metapb.Inode) {
-		in.Layout = dir.Layout
+		in.Layout, in.Written = dir.Layout, new(uint64(0))
 	})
+}
+
+// CreateTemp makes a file with no name in directory dir, as open(2) with
+// O_TMPFILE does: it has no link, so it waits in the collector's queue from
+// the start (the collector leaves it while it is open), and Link, giving it
+// a name, takes it out again.
+func (ns *Namespace) CreateTemp(dir uint64, a Attrs) (*metapb.Inode, error) {
+	var out *metapb.Inode
+	err := ns.write(func(b *pebble.Batch) error {
+		d, err := dirOf(batchReader{b}, dir)
+		if err != nil {
+			return err
+		}
+		ino, err := ns.nextIno(b)
+		if err != nil {
+			return err
+		}
+		out = &metapb.Inode{Ino: ino, Type: metapb.InodeType_FILE, Mode: a.Mode, Uid: a.UID, Gid: a.GID,
+			AtimeNs: a.Now, MtimeNs: a.Now, CtimeNs: a.Now, Layout: d.Layout, Written: new(uint64(0))}
+		if err := putInode(b, out); err != nil {
+			return err
+		}
+		return queue(b, out)
+	})
+	return out, err
+}
+
+// queue puts file in's record in the collector's queue (or updates it).
+func queue(b *pebble.Batch, in *metapb.Inode) error {
+	v, err := proto.Marshal(in)
+	if err != nil {
+		return err
+	}
+	return b.Set(gcKey(in.Ino), v, nil)
+}
+
+// Mknod makes a special file of type t (a fifo, a device node with device
+// number rdev, or a socket), or with t FILE an empty file as Create does.
+func (ns *Namespace) Mknod(parent uint64, name string, t metapb.InodeType, rdev uint32, a Attrs) (*metapb.Inode, error) {
+	switch t {
+	case metapb.InodeType_FILE:
+		return ns.Create(parent, name, a)
+	case metapb.InodeType_CHAR_DEVICE, metapb.InodeType_BLOCK_DEVICE:
+	case metapb.InodeType_FIFO, metapb.InodeType_SOCKET:
+		rdev = 0
+	default:
+		return nil, fmt.Errorf("%w: mknod of type %v", fsmeta.ErrInvalidName, t)
+	}
+	return ns.make(parent, name, t, a, func(in, dir *metapb.Inode) { in.Rdev = rdev })
 }
 
 // Symlink makes a symbolic link to target.
@@ -244,6 +311,11 @@ func (ns *Namespace) Link(ino, parent uint64, name string, now int64) (*metapb.I
 		}
 		if in.Type == metapb.InodeType_DIRECTORY {
 			return fmt.Errorf("hard link to directory %d: %w", ino, fsmeta.ErrIsDir)
+		}
+		if in.Nlink == 0 { // a file made with no name (CreateTemp) gets one
+			if err := b.Delete(gcKey(ino), nil); err != nil {
+				return err
+			}
 		}
 		dir, err := dirOf(r, parent)
 		if err != nil {
@@ -420,9 +492,11 @@ func (ns *Namespace) drop(b *pebble.Batch, dir *metapb.Inode, name string, ino u
 		if err := b.Delete(inodeKey(ino), nil); err != nil {
 			return err
 		}
+		if err := dropXattrs(b, ino); err != nil {
+			return err
+		}
 		if in.Type == metapb.InodeType_FILE {
-			v, _ := proto.Marshal(in)
-			return b.Set(gcKey(ino), v, nil)
+			return queue(b, in)
 		}
 		return nil
 	}
@@ -595,6 +669,22 @@ func (ns *Namespace) Setattr(ino uint64, s SetAttr, now int64) (*metapb.Inode, e
 	return out, err
 }
 
+// Written is the end of the bytes ever written to file in (its written
+// mark), past which it has no chunks; a file from before the mark was kept
+// counts its length instead.
+func Written(in *metapb.Inode) uint64 {
+	if in.Written != nil {
+		return *in.Written
+	}
+	return in.Size
+}
+
+// raiseWritten raises in's written mark to end.
+func raiseWritten(in *metapb.Inode, end uint64) {
+	w := max(Written(in), end)
+	in.Written = &w
+}
+
 // Usage is what Statfs counts.
 type Usage struct {
 	Inodes, Files uint64
@@ -647,5 +737,17 @@ func (ns *Namespace) GarbageAfter(after uint64, limit int) ([]*metapb.Inode, err
 
 // Collected forgets a collected file.
 func (ns *Namespace) Collected(ino uint64) error {
-	return ns.write(func(b *pebble.Batch) error { return b.Delete(gcKey(ino), nil) })
+	return ns.write(func(b *pebble.Batch) error {
+		// A file made with no name (CreateTemp) and never linked still has
+		// its inode record: it goes too.
+		if in, err := loadInode(batchReader{b}, ino); err == nil && in.Nlink == 0 {
+			if err := b.Delete(inodeKey(ino), nil); err != nil {
+				return err
+			}
+			if err := dropXattrs(b, ino); err != nil {
+				return err
+			}
+		}
+		return b.Delete(gcKey(ino), nil)
+	})
 }

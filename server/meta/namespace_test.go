@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicefs/sluice/fsmeta"
 
@@ -300,5 +301,72 @@ func TestRenameNoReplace(t *testing.T) {
 	}
 	if _, err := ns.Resolve("/f"); !errors.Is(err, fsmeta.ErrNotFound) {
 		t.Fatalf("/f after the rename: %v", err)
+	}
+}
+
+// TestRootTimesAtFormat: the root directory's times are those of the
+// first command the new group applies, not 1970.
+func TestRootTimesAtFormat(t *testing.T) {
+	r := soloReplica(t)
+	before := time.Now().Add(-time.Minute).UnixNano()
+	do(t, []*Replica{r}, &metapb.Command{Op: &metapb.Command_PruneClient{PruneClient: 99}})
+	root, err := r.Namespace().Stat(RootIno)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root.AtimeNs < before || root.MtimeNs != root.AtimeNs || root.CtimeNs != root.AtimeNs {
+		t.Fatalf("root times %d %d %d, want one time within the last minute", root.AtimeNs, root.MtimeNs, root.CtimeNs)
+	}
+	later := root.AtimeNs + int64(time.Hour)
+	if err := r.Namespace().StampRoot(later); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := r.Namespace().Stat(RootIno); again.MtimeNs != root.MtimeNs {
+		t.Fatal("the root's times were stamped twice")
+	}
+}
+
+// TestCreateTemp: a file made with no name is in the collector's queue
+// from the start, with the length and written mark its writer closes
+// with; a link takes it out; one never linked goes, inode and all, when
+// collected.
+func TestCreateTemp(t *testing.T) {
+	ns := newNS(t)
+	d := must(ns.Mkdir(RootIno, "d", at))(t)
+	linked := must(ns.CreateTemp(d.Ino, at))(t)
+	lost := must(ns.CreateTemp(d.Ino, at))(t)
+	if linked.Nlink != 0 || linked.Type != metapb.InodeType_FILE || ChunksOf(linked) != 0 {
+		t.Fatalf("a file with no name: %v", linked)
+	}
+	if names, _, _ := ns.List(d.Ino, "", 10); len(names) != 0 {
+		t.Fatalf("the directory lists %v", names)
+	}
+	size := uint64(3 << 20)
+	for _, f := range []*metapb.Inode{linked, lost} {
+		if err := ns.OpenSession(f.Ino, 1, f.Ino, 3000); err != nil {
+			t.Fatal(err)
+		}
+		if err := ns.CloseSession(f.Ino, 1, f.Ino, &size, &size, false, 4000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := must(ns.Garbage(10))(t)
+	if len(q) != 2 || ChunksOf(q[0]) != 3 || ChunksOf(q[1]) != 3 || q[0].CtimeNs != 4000 {
+		t.Fatalf("queue %v; want both files, 3 chunks each, from their close", q)
+	}
+	if _, err := ns.Link(linked.Ino, d.Ino, "named", 5000); err != nil {
+		t.Fatal(err)
+	}
+	if q := must(ns.Garbage(10))(t); len(q) != 1 || q[0].Ino != lost.Ino {
+		t.Fatalf("queue after the link: %v", q)
+	}
+	if err := ns.Collected(lost.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Stat(lost.Ino); !errors.Is(err, fsmeta.ErrStale) {
+		t.Fatalf("the collected file's inode: %v", err)
+	}
+	if in := must(ns.Lookup(d.Ino, "named"))(t); in.Ino != linked.Ino || in.Nlink != 1 || in.Size != size {
+		t.Fatalf("the linked file: %v", in)
 	}
 }

@@ -31,10 +31,19 @@ type Service struct {
 	metapb.UnimplementedMetaServer
 	r     *Replica
 	space func() map[uint32]*mgmtdpb.TargetSpace
+	// lockWait is how long a new leader grants no lock, learning the ones
+	// clients hold from their renewals (fsmeta.ReadLease).
+	lockWait time.Duration
 }
 
 // NewService serves r.
-func NewService(r *Replica) *Service { return &Service{r: r} }
+func NewService(r *Replica) *Service { return &Service{r: r, lockWait: fsmeta.ReadLease} }
+
+// SetElectionWait sets how long a new leader grants no file lock, while it
+// learns the locks clients hold from their renewals (default
+// fsmeta.ReadLease; 0 or less: none, for a test cluster whose clients all
+// start with it).
+func (s *Service) SetElectionWait(d time.Duration) { s.lockWait = max(d, 0) }
 
 // ReportSpace has Statfs answer with the storage targets' space as space
 // returns it, by target (mgmtd.Detector.TargetSpace on the same replica):
@@ -191,6 +200,14 @@ func (s *Service) List(ctx context.Context, req *metapb.ListRequest) (*metapb.Li
 }
 
 func (s *Service) make(ctx context.Context, req *metapb.MakeRequest, dir bool) (*metapb.Inode, error) {
+	if req.Tmpfile && !dir { // path names the directory; the file has no name
+		d, err := s.resolve(ctx, req.At, req.Path)
+		if err != nil {
+			return nil, toStatus(err)
+		}
+		return s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
+			Op: &metapb.Command_Create{Create: &metapb.CreateOp{Parent: d.Ino, Mode: req.Mode, Uid: req.Uid, Gid: req.Gid, Tmpfile: true}}})
+	}
 	parent, name, err := s.resolveParent(ctx, req.At, req.Path)
 	if err != nil {
 		return nil, toStatus(err)
@@ -275,7 +292,23 @@ func (s *Service) KeepOpen(ctx context.Context, req *metapb.KeepOpenRequest) (*m
 	if !s.r.IsLeader() {
 		return nil, toStatus(fsmeta.ErrNotLeader)
 	}
-	return &metapb.Empty{}, toStatus(s.r.readers.renew(req.Inodes, time.Now()))
+	now := time.Now()
+	s.r.locks.renew(s.r.raft.CurrentTerm(), req.Client, req.Locks, s.lockWait, now)
+	return &metapb.Empty{}, toStatus(s.r.readers.renew(req.Inodes, now))
+}
+
+// Lock takes, changes or releases a file lock, or with test says what
+// would conflict; see lockTable. Only the leader keeps locks.
+func (s *Service) Lock(ctx context.Context, req *metapb.LockRequest) (*metapb.LockReply, error) {
+	l := req.GetLock()
+	if l == nil || l.Type > fsmeta.LockUnlock || l.Start > l.End {
+		return nil, toStatus(fmt.Errorf("%w: lock %v", fabric.ErrBadRequest, l))
+	}
+	if !s.r.IsLeader() {
+		return nil, toStatus(s.r.notLeader())
+	}
+	conflict, retry := s.r.locks.lock(s.r.raft.CurrentTerm(), l, req.Test, s.lockWait, time.Now())
+	return &metapb.LockReply{Granted: conflict == nil && !retry && !req.Test, Conflict: conflict, Retry: retry}, nil
 }
 
 // Open looks the file up (with its chain table, so the client can place
@@ -287,8 +320,12 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 	if reply.Inode, err = s.resolve(ctx, req.At, req.Path); err != nil {
 		return nil, toStatus(err)
 	}
-	if reply.Inode.Type != metapb.InodeType_FILE {
+	switch reply.Inode.Type {
+	case metapb.InodeType_FILE:
+	case metapb.InodeType_DIRECTORY:
 		return nil, toStatus(fmt.Errorf("open %s: %w", req.Path, fsmeta.ErrIsDir))
+	default: // special files: the kernel opens them, not Sluice
+		return nil, toStatus(fmt.Errorf("open %s (%v): %w", req.Path, reply.Inode.Type, fsmeta.ErrNotSupported))
 	}
 	m, err := s.r.ClusterMap()
 	if err != nil {
@@ -316,14 +353,23 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 }
 
 // Close ends a write session, setting the file's length if given.
+// Lengths past fsmeta.MaxFileSize are refused here, before the log, so
+// that the state machine applies old log entries as it always did.
 func (s *Service) Close(ctx context.Context, req *metapb.CloseRequest) (*metapb.Empty, error) {
+	if err := errors.Join(fsmeta.CheckSize(req.GetSize()), fsmeta.CheckSize(req.GetWritten())); err != nil {
+		return nil, toStatus(fmt.Errorf("close inode %d: %w", req.Ino, err))
+	}
 	_, err := s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
-		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Client: req.Client, Session: req.Session, Size: req.Size, Keep: req.KeepOpen}}})
+		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Client: req.Client, Session: req.Session, Size: req.Size, Written: req.Written, Keep: req.KeepOpen}}})
 	return &metapb.Empty{}, err
 }
 
-// Setattr changes the attributes the request sets on the inode it names.
+// Setattr changes the attributes the request sets on the inode it names;
+// a length past fsmeta.MaxFileSize is refused before the log.
 func (s *Service) Setattr(ctx context.Context, req *metapb.SetattrRequest) (*metapb.Inode, error) {
+	if err := fsmeta.CheckSize(req.GetSize()); err != nil {
+		return nil, toStatus(fmt.Errorf("setattr %s: %w", req.Path, err))
+	}
 	in, err := s.resolve(ctx, req.At, req.Path)
 	if err != nil {
 		return nil, toStatus(err)
@@ -344,6 +390,88 @@ func (s *Service) Link(ctx context.Context, req *metapb.LinkRequest) (*metapb.In
 	}
 	return s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
 		Op: &metapb.Command_Link{Link: &metapb.LinkOp{Ino: in.Ino, Parent: parent, Name: name}}})
+}
+
+// Mknod makes a fifo, a device node, a socket file or (type FILE) an empty
+// file.
+func (s *Service) Mknod(ctx context.Context, req *metapb.MknodRequest) (*metapb.Inode, error) {
+	parent, name, err := s.resolveParent(ctx, req.At, req.Path)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq, Op: &metapb.Command_Mknod{Mknod: &metapb.MknodOp{
+		Parent: parent, Name: name, Type: req.Type, Mode: req.Mode, Uid: req.Uid, Gid: req.Gid, Rdev: req.Rdev}}})
+}
+
+// GetXattr returns an extended attribute's value.
+func (s *Service) GetXattr(ctx context.Context, req *metapb.XattrRequest) (*metapb.XattrReply, error) {
+	if err := fsmeta.CheckXattrName(req.Name); err != nil {
+		return nil, toStatus(err)
+	}
+	reply := &metapb.XattrReply{}
+	err := s.readAt(ctx, req.At, req.Path, func(ns *Namespace, in *metapb.Inode) (err error) {
+		reply.Value, err = ns.GetXattr(in.Ino, req.Name)
+		return err
+	})
+	return reply, toStatus(err)
+}
+
+// ListXattr returns the names of an inode's extended attributes.
+func (s *Service) ListXattr(ctx context.Context, req *metapb.PathRequest) (*metapb.XattrReply, error) {
+	reply := &metapb.XattrReply{}
+	err := s.readAt(ctx, req.At, req.Path, func(ns *Namespace, in *metapb.Inode) (err error) {
+		reply.Names, err = ns.ListXattr(in.Ino)
+		return err
+	})
+	return reply, toStatus(err)
+}
+
+// readAt resolves (at, p) and runs fn on the inode in the same read.
+func (s *Service) readAt(ctx context.Context, at uint64, p string, fn func(*Namespace, *metapb.Inode) error) error {
+	base, clean, err := where(at, p)
+	if err != nil {
+		return err
+	}
+	return s.r.Read(ctx, func(ns *Namespace) error {
+		in, err := ns.ResolveAt(base, clean)
+		if err != nil {
+			return err
+		}
+		return fn(ns, in)
+	})
+}
+
+// SetXattr sets an extended attribute; bad names, values and flags are
+// refused before the log.
+func (s *Service) SetXattr(ctx context.Context, req *metapb.XattrRequest) (*metapb.Empty, error) {
+	if err := fsmeta.CheckXattr(req.Name, req.Value, req.Flags); err != nil {
+		return nil, toStatus(err)
+	}
+	return s.xattrOp(ctx, req, func(op *metapb.XattrOp) *metapb.Command {
+		return &metapb.Command{Op: &metapb.Command_SetXattr{SetXattr: op}}
+	})
+}
+
+// RemoveXattr removes an extended attribute.
+func (s *Service) RemoveXattr(ctx context.Context, req *metapb.XattrRequest) (*metapb.Empty, error) {
+	if err := fsmeta.CheckXattrName(req.Name); err != nil {
+		return nil, toStatus(err)
+	}
+	return s.xattrOp(ctx, req, func(op *metapb.XattrOp) *metapb.Command {
+		return &metapb.Command{Op: &metapb.Command_RemoveXattr{RemoveXattr: op}}
+	})
+}
+
+// xattrOp resolves the request's inode and proposes the command cmd makes.
+func (s *Service) xattrOp(ctx context.Context, req *metapb.XattrRequest, cmd func(*metapb.XattrOp) *metapb.Command) (*metapb.Empty, error) {
+	in, err := s.resolve(ctx, req.At, req.Path)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	c := cmd(&metapb.XattrOp{Ino: in.Ino, Name: req.Name, Value: req.Value, Flags: req.Flags})
+	c.Client, c.Seq = req.Client, req.Seq
+	_, err = s.do(ctx, c)
+	return &metapb.Empty{}, err
 }
 
 // Statfs counts the namespace's inodes, files and bytes, and says how much
@@ -414,6 +542,12 @@ func toStatus(err error) error {
 		code = codes.Unavailable
 	case errors.Is(err, fsmeta.ErrTooManyLeases):
 		code = codes.ResourceExhausted
+	case errors.Is(err, fsmeta.ErrFileTooLarge), errors.Is(err, fsmeta.ErrXattrRange), errors.Is(err, fsmeta.ErrXattrTooBig):
+		code = codes.OutOfRange
+	case errors.Is(err, fsmeta.ErrNoXattr):
+		code = codes.FailedPrecondition // not NotFound: ENODATA, not ENOENT
+	case errors.Is(err, fsmeta.ErrNotSupported):
+		code = codes.Unimplemented
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	}

@@ -336,3 +336,33 @@ func TestCloseKeepOpen(t *testing.T) {
 		t.Fatalf("length after close: %v %v", in, err)
 	}
 }
+
+// TestFileTooLarge: a length past fsmeta.MaxFileSize is refused, with the
+// namespace's error and OutOfRange, by Setattr and Close, and nothing is
+// proposed; the largest length itself is taken.
+func TestFileTooLarge(t *testing.T) {
+	c, _ := apiServer(t)
+	ctx := authed(t)
+	f, err := c.Create(ctx, &metapb.MakeRequest{Path: "/f", Mode: 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	largest, past := uint64(fsmeta.MaxFileSize), uint64(fsmeta.MaxFileSize+1)
+	if in, err := c.Setattr(ctx, &metapb.SetattrRequest{At: f.Ino, Size: &largest}); err != nil || in.Size != largest || in.GetWritten() != 0 {
+		t.Fatalf("truncate to the largest length: %v, %v (want nothing written)", in, err)
+	}
+	_, err = c.Setattr(ctx, &metapb.SetattrRequest{At: f.Ino, Size: &past})
+	if code(err) != codes.OutOfRange || !errors.Is(fsmeta.ErrorOf(err), fsmeta.ErrFileTooLarge) {
+		t.Fatalf("truncate past the largest length: %v", err)
+	}
+	o, err := c.Open(ctx, &metapb.OpenRequest{At: f.Ino, Write: true, Client: 1, Seq: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Close(ctx, &metapb.CloseRequest{Ino: f.Ino, Session: o.Session, Client: 1, Seq: 2, Size: &largest, Written: &past}); !errors.Is(fsmeta.ErrorOf(err), fsmeta.ErrFileTooLarge) {
+		t.Fatalf("close with a written mark past the largest length: %v", err)
+	}
+	if in, err := c.Stat(ctx, &metapb.PathRequest{At: f.Ino}); err != nil || in.Size != largest || in.GetWritten() != 0 {
+		t.Fatalf("after the refusals: %v, %v", in, err)
+	}
+}

@@ -42,10 +42,12 @@ func (ns *Namespace) OpenSession(ino, client, session uint64, now int64) error {
 
 // CloseSession ends a write session, or with keep (fsync) only sets the
 // length. A given size extends the file's length to it (never shrinks it:
-// another writer may have written further; shrinking is Setattr's). If the
-// file was unlinked meanwhile, the size goes to its collector record, so
-// all of its chunks get collected.
-func (ns *Namespace) CloseSession(ino, client, session uint64, size *uint64, keep bool, now int64) error {
+// another writer may have written further; shrinking is Setattr's), and
+// written (the end of what the session wrote; size when absent, as from
+// older clients) raises the file's written mark. If the file was unlinked
+// meanwhile, both go to its collector record, so all of its chunks get
+// collected.
+func (ns *Namespace) CloseSession(ino, client, session uint64, size, written *uint64, keep bool, now int64) error {
 	return ns.write(func(b *pebble.Batch) error {
 		if !keep {
 			if err := b.Delete(sessionRecordKey(ino, client, session), nil); err != nil {
@@ -55,9 +57,18 @@ func (ns *Namespace) CloseSession(ino, client, session uint64, size *uint64, kee
 		if size == nil {
 			return nil
 		}
+		if written == nil {
+			written = size
+		}
 		in, err := loadInode(batchReader{b}, ino)
 		if err == nil {
 			in.Size, in.MtimeNs, in.CtimeNs = max(in.Size, *size), now, now
+			raiseWritten(in, *written)
+			if in.Nlink == 0 { // a file with no name (CreateTemp): its collector record follows
+				if err := queue(b, in); err != nil {
+					return err
+				}
+			}
 			return putInode(b, in)
 		}
 		v, err := get(batchReader{b}, gcKey(ino))
@@ -69,6 +80,7 @@ func (ns *Namespace) CloseSession(ino, client, session uint64, size *uint64, kee
 			return err
 		}
 		rec.Size = max(rec.Size, *size)
+		raiseWritten(rec, *written)
 		nv, err := proto.Marshal(rec)
 		if err != nil {
 			return err

@@ -164,7 +164,7 @@ func TestStorageUnderMgmtd(t *testing.T) {
 	size := uint64(2*64<<10 + 100)
 	r.Do(ctx, &metapb.Command{Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: file.Ino, Session: 1, Size: &size}}})
 	r.Do(ctx, &metapb.Command{Op: &metapb.Command_Unlink{Unlink: &metapb.RemoveOp{Parent: meta.RootIno, Name: "data.bin"}}})
-	col := meta.NewCollector(r, meta.StorageRemover{Client: cl, Map: r.ClusterMap}, 0, quiet)
+	col := meta.NewCollector(r, meta.StorageRemover{Client: cl, Map: r.ClusterMap}, meta.CollectorConfig{Delay: time.Millisecond, Logger: quiet})
 	if n, err := col.Collect(ctx, time.Now().Add(time.Second)); err != nil || n != 1 {
 		t.Fatalf("collected %d: %v", n, err)
 	}

@@ -1,0 +1,130 @@
+package sdk
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/fsmeta"
+	"github.com/sluicefs/sluice/server/cluster"
+)
+
+// metricSum adds up every series of the metric called name.
+func metricSum(t *testing.T, g prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			sum += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return sum
+}
+
+// TestCollectorAfterLargestFile is issue 19's bug: a file truncated to the
+// largest length and deleted must cost the collector nothing, so that a
+// 20 MiB file deleted after it is gone from storage within the collection
+// delay and a few seconds; past the largest length truncate is refused
+// with EFBIG; and the idle cluster then does no collector work.
+func TestCollectorAfterLargestFile(t *testing.T) {
+	const delay = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	c := startClusterWith(t, cluster.Config{Targets: 3, ChunkSize: 1 << 20,
+		CollectDelay: delay, CollectInterval: 100 * time.Millisecond, ElectionWait: -1})
+	defer c.Close()
+	cl := connect(t, c)
+	defer cl.Close()
+	g := c.Metrics()
+
+	if err := cl.WriteFile(ctx, "/huge", nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Truncate(ctx, "/huge", fsmeta.MaxFileSize); err != nil {
+		t.Fatalf("truncate to the largest length: %v", err)
+	}
+	if fi, err := cl.Stat(ctx, "/huge"); err != nil || fi.Size() != fsmeta.MaxFileSize {
+		t.Fatalf("stat after truncating to %d: %v, %v", int64(fsmeta.MaxFileSize), fi, err)
+	}
+	err := cl.Truncate(ctx, "/huge", fsmeta.MaxFileSize+1)
+	if !errors.Is(err, ErrTooLarge) || Errno(err) != syscall.EFBIG {
+		t.Fatalf("truncate past the largest length: %v (errno %v), want EFBIG", err, Errno(err))
+	}
+	// Past the largest length the meta service refuses it too, for
+	// clients that do not check.
+	f, err := cl.OpenFile(ctx, "/huge", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("x"), fsmeta.MaxFileSize); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("a write past the largest length: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Remove(ctx, "/huge"); err != nil {
+		t.Fatal(err)
+	}
+
+	data := fabrictest.RandBytes(19, 20<<20)
+	if err := cl.WriteFile(ctx, "/data", data); err != nil {
+		t.Fatal(err)
+	}
+	if n := metricSum(t, g, "sluice_storage_chunks"); n != 3*20 {
+		t.Fatalf("%v chunks on storage after writing 20 chunks on chains of 3", n)
+	}
+	if err := cl.Remove(ctx, "/data"); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	for metricSum(t, g, "sluice_storage_chunks") != 0 {
+		if time.Since(deleted) > delay+5*time.Second {
+			t.Fatalf("%v chunks still on storage %v after the delete (collection delay %v)",
+				metricSum(t, g, "sluice_storage_chunks"), time.Since(deleted), delay)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the 20 MiB file's chunks went %v after its delete (delay %v)", time.Since(deleted).Round(time.Millisecond), delay)
+	// The huge file goes too once the read lease its truncates took (the
+	// SDK truncates through a handle) has run out.
+	for deadline := time.Now().Add(fsmeta.ReadLease + delay + 5*time.Second); metricSum(t, g, "sluice_meta_collector_files_total") != 2; {
+		if time.Now().After(deadline) {
+			t.Fatalf("collector files_total %v, want 2", metricSum(t, g, "sluice_meta_collector_files_total"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := metricSum(t, g, "sluice_meta_collector_chunks_removed_total"); n != 20 {
+		t.Fatalf("the collector removed %v chunks, want the 20 written (none of the huge file's)", n)
+	}
+
+	// Idle: rounds go on, but no file is attempted and no chunk removed.
+	idle := func() [5]float64 {
+		var v [5]float64
+		for i, name := range []string{"rounds_total", "attempts_total", "chunks_removed_total", "errors_total", "pending"} {
+			v[i] = metricSum(t, g, "sluice_meta_collector_"+name)
+		}
+		return v
+	}
+	before := idle()
+	time.Sleep(time.Second)
+	after := idle()
+	if after[0] <= before[0] {
+		t.Fatalf("no collector round in a second (rounds %v then %v): the test proves nothing", before[0], after[0])
+	}
+	if after[1] != before[1] || after[2] != before[2] || after[3] != 0 || after[4] != 0 {
+		t.Fatalf("idle collector worked: attempts %v -> %v, chunks %v -> %v, errors %v, pending %v",
+			before[1], after[1], before[2], after[2], after[3], after[4])
+	}
+}
