@@ -77,9 +77,13 @@ func (TargetState) EnumDescriptor() ([]byte, []int) {
 }
 
 type Node struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // fabric address
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // fabric address
+	// rack: the node's failure domain above itself (a rack, a power or
+	// switch domain), optional. Chain placement puts no two replicas of a
+	// chain in one rack; a node without one is a domain of its own.
+	Rack          string `protobuf:"bytes,3,opt,name=rack,proto3" json:"rack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -124,6 +128,13 @@ func (x *Node) GetId() string {
 func (x *Node) GetAddress() string {
 	if x != nil {
 		return x.Address
+	}
+	return ""
+}
+
+func (x *Node) GetRack() string {
+	if x != nil {
+		return x.Rack
 	}
 	return ""
 }
@@ -799,10 +810,11 @@ var File_mgmtd_v1_mgmtd_proto protoreflect.FileDescriptor
 
 const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\n" +
-	"\x14mgmtd/v1/mgmtd.proto\x12\x0fsluice.mgmtd.v1\"0\n" +
+	"\x14mgmtd/v1/mgmtd.proto\x12\x0fsluice.mgmtd.v1\"D\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x92\x01\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04rack\x18\x03 \x01(\tR\x04rack\"\x92\x01\n" +
 	"\x06Target\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x122\n" +

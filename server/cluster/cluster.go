@@ -263,10 +263,13 @@ func (c *Control) Close() error {
 
 // StorageConfig configures a storage node.
 type StorageConfig struct {
-	Dir          string // target directories go under it, one per target
-	Cluster      string // the control plane's gRPC addresses, comma-separated
-	Token        string
-	NodeID       string   // the node's name in the cluster map
+	Dir     string // target directories go under it, one per target
+	Cluster string // the control plane's gRPC addresses, comma-separated
+	Token   string
+	NodeID  string // the node's name in the cluster map
+	// Rack, optional, is the node's failure domain above itself: when nodes
+	// name racks, no two replicas of a chain are placed in one rack.
+	Rack         string
 	FabricListen string   // the fabric address (default 127.0.0.1:0)
 	Targets      []uint32 // the node's targets
 	ChunkSize    int      // the largest chunk it must hold (default 4 MiB)
@@ -370,7 +373,7 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	defer rcancel()
 	var agent *mgmtd.Agent
 	for {
-		agent, err = mgmtd.NewAgent(rctx, mc, &mgmtdpb.Node{Id: cfg.NodeID, Address: string(s.ep.ID())}, cfg.Targets, 500*time.Millisecond, cfg.Logger)
+		agent, err = mgmtd.NewAgent(rctx, mc, &mgmtdpb.Node{Id: cfg.NodeID, Address: string(s.ep.ID()), Rack: cfg.Rack}, cfg.Targets, 500*time.Millisecond, cfg.Logger)
 		if err == nil || rctx.Err() != nil {
 			break
 		}
