@@ -3,6 +3,8 @@ package mgmtd
 import (
 	"cmp"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"slices"
 
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
@@ -280,8 +282,100 @@ func (p *placer) fill() [][]int {
 }
 
 // improve swaps replicas between chains while a swap lowers the sum of
-// squared pair shares; node loads and the domain rule are kept.
+// squared pair shares; node loads and the domain rule are kept. It looks
+// only at chains holding a pair that shares more chains than the mean
+// rounded up, and tries partners drawn from a generator with a fixed seed,
+// so the result is the same on every run.
 func (p *placer) improve(placed [][]int) {
+	n := len(p.nodeIDs)
+	if n < 2 || p.replicas < 2 {
+		return
+	}
+	pairs := float64(p.chains) * float64(p.replicas*(p.replicas-1)/2)
+	limit := int(math.Ceil(pairs / (float64(n) * float64(n-1) / 2)))
+	rng := rand.New(rand.NewPCG(uint64(p.chains), uint64(p.replicas)))
+	const passes, tries = 8, 64
+	for pass := 0; pass < passes; pass++ {
+		swapped := false
+		for a := range placed {
+			for i := 0; i < p.replicas; i++ {
+				for k := i + 1; k < p.replicas; k++ {
+					if p.share(placed[a][i], placed[a][k]) <= limit {
+						continue
+					}
+					for try := 0; try < tries; try++ {
+						b, j := rng.IntN(len(placed)), rng.IntN(p.replicas)
+						at := i
+						if try%2 == 1 {
+							at = k
+						}
+						if b != a && p.swap(placed[a], at, placed[b], j) {
+							swapped = true
+							break
+						}
+					}
+				}
+			}
+		}
+		if !swapped {
+			return
+		}
+	}
+}
+
+// swap exchanges a[i] and b[j] if that keeps the domain rule and lowers
+// the sum of squared pair shares, and says whether it did.
+func (p *placer) swap(a []int, i int, b []int, j int) bool {
+	x, y := a[i], b[j]
+	for _, o := range a {
+		if o != x && p.nodeDomain[o] == p.nodeDomain[y] {
+			return false
+		}
+	}
+	for _, o := range b {
+		if o != y && p.nodeDomain[o] == p.nodeDomain[x] {
+			return false
+		}
+	}
+	type change struct{ u, v, d int }
+	var changes []change
+	add := func(u, v, d int) {
+		u, v = min(u, v), max(u, v)
+		for k := range changes {
+			if changes[k].u == u && changes[k].v == v {
+				changes[k].d += d
+				return
+			}
+		}
+		changes = append(changes, change{u, v, d})
+	}
+	for _, o := range a {
+		if o != x {
+			add(x, o, -1)
+			add(y, o, 1)
+		}
+	}
+	for _, o := range b {
+		if o != y {
+			add(y, o, -1)
+			add(x, o, 1)
+		}
+	}
+	delta := 0
+	for _, c := range changes {
+		s := p.share(c.u, c.v)
+		delta += (s+c.d)*(s+c.d) - s*s
+	}
+	if delta >= 0 {
+		return false
+	}
+	for _, c := range changes {
+		if c.d != 0 {
+			p.link(c.u, c.v, c.d)
+		}
+	}
+	a[i], b[j] = y, x
+	return true
 }
 
 // order picks each chain's order, head first, so that every node heads

@@ -103,6 +103,42 @@ func TestPlaceUnevenRacks(t *testing.T) {
 	}
 }
 
+func TestPlaceShapes(t *testing.T) {
+	// Nodes with different numbers of targets, chains not one per target,
+	// more replicas than three, racks of different sizes.
+	for _, c := range []struct {
+		perNode          []int
+		racks            int // 0: none
+		replicas, chains int
+	}{
+		{[]int{1, 2, 3, 4, 5, 6}, 0, 3, 7},
+		{[]int{4, 4, 4, 4, 4, 4, 4, 4, 4}, 0, 5, 100},
+		{[]int{2, 8, 2, 8, 2, 8, 2, 8}, 4, 2, 33},
+		{[]int{10, 10, 10, 10, 10, 10, 10}, 7, 1, 70},
+		{[]int{3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3}, 5, 3, 64},
+	} {
+		var targets []*mgmtdpb.Target
+		racks := map[string]string{}
+		for n, k := range c.perNode {
+			node := fmt.Sprintf("node-%04d", n)
+			for i := 0; i < k; i++ {
+				targets = append(targets, &mgmtdpb.Target{Id: uint32(100*n + i), Node: node})
+			}
+			if c.racks > 0 {
+				racks[node] = fmt.Sprint("r", n%c.racks)
+			}
+		}
+		chains, err := Place(targets, racks, c.replicas, c.chains)
+		if err != nil {
+			t.Fatalf("%+v: %v", c, err)
+		}
+		if len(chains) != c.chains {
+			t.Fatalf("%+v: %d chains", c, len(chains))
+		}
+		checkTable(t, targets, racks, c.replicas, chains)
+	}
+}
+
 func TestPlaceTooFewDomains(t *testing.T) {
 	targets := grid(4, 2)
 	two := map[string]string{"node-0000": "a", "node-0001": "a", "node-0002": "b", "node-0003": "b"}
