@@ -3,10 +3,9 @@ package mgmtd
 import (
 	"cmp"
 	"fmt"
-	"math"
-	"math/rand/v2"
 	"slices"
 
+	"github.com/sluicefs/sluice/internal/mix"
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 )
 
@@ -14,8 +13,9 @@ import (
 // CreateChainTable command, applied inside the Raft state machine), and never
 // reshuffled afterwards, since moving a chain's replicas moves its data.
 // Place is therefore a pure function of its input: it iterates no map, reads
-// no clock and draws nothing at random, so every replica applying the
-// command computes the same table.
+// no clock, uses integers only, and draws its swap partners from a fixed
+// sequence (internal/mix), so every replica applying the command computes
+// the same table (TestPlaceGolden pins one).
 //
 // The goals, in order:
 //
@@ -41,8 +41,9 @@ import (
 // must take a replica of every remaining chain, so it is served first; that
 // keeps the fill feasible to the last chain. A second pass then swaps
 // replicas between chains (same node loads, same domain rule) while that
-// lowers the sum of squared pair shares, which removes most pairs left
-// sharing more than the ideal. Last, each chain's replicas are ordered so
+// lowers the sum of squared pair shares, which removes the pairs left
+// sharing more than the ideal (all of them at 10 to 1,000 nodes of 10
+// targets; BENCHMARKS.md). Last, each chain's replicas are ordered so
 // every node is head (and tail) of about as many chains as every other.
 //
 // Its cost is about chains·replicas·nodes for the fill and a few passes of
@@ -284,16 +285,24 @@ func (p *placer) fill() [][]int {
 // improve swaps replicas between chains while a swap lowers the sum of
 // squared pair shares; node loads and the domain rule are kept. It looks
 // only at chains holding a pair that shares more chains than the mean
-// rounded up, and tries partners drawn from a generator with a fixed seed,
-// so the result is the same on every run.
+// rounded up, and tries partners drawn from a fixed sequence, so the result
+// is the same on every run.
 func (p *placer) improve(placed [][]int) {
 	n := len(p.nodeIDs)
 	if n < 2 || p.replicas < 2 {
 		return
 	}
-	pairs := float64(p.chains) * float64(p.replicas*(p.replicas-1)/2)
-	limit := int(math.Ceil(pairs / (float64(n) * float64(n-1) / 2)))
-	rng := rand.New(rand.NewPCG(uint64(p.chains), uint64(p.replicas)))
+	// The mean pairs per pair of nodes, rounded up.
+	num, den := p.chains*p.replicas*(p.replicas-1), n*(n-1)
+	limit := (num + den - 1) / den
+	// Draws come from internal/mix, which never changes: math/rand's
+	// methods may change between Go releases, and replicas of the state
+	// machine built by different releases must place alike.
+	draws := uint64(0)
+	draw := func(n int) int {
+		draws++
+		return int(mix.Mix64(draws*0x9e3779b97f4a7c15) % uint64(n))
+	}
 	const passes, tries = 8, 64
 	for pass := 0; pass < passes; pass++ {
 		swapped := false
@@ -304,7 +313,7 @@ func (p *placer) improve(placed [][]int) {
 						continue
 					}
 					for try := 0; try < tries; try++ {
-						b, j := rng.IntN(len(placed)), rng.IntN(p.replicas)
+						b, j := draw(len(placed)), draw(p.replicas)
 						at := i
 						if try%2 == 1 {
 							at = k
@@ -386,9 +395,7 @@ func (p *placer) order(placed [][]int) [][]uint32 {
 	for n := range pos {
 		pos[n] = make([]int, p.replicas)
 	}
-	out := make([][]uint32, 0, len(placed))
 	for _, c := range placed {
-		c = slices.Clone(c)
 		for k := range c {
 			best := k
 			for j := k + 1; j < len(c); j++ {
@@ -399,6 +406,41 @@ func (p *placer) order(placed [][]int) [][]uint32 {
 			c[k], c[best] = c[best], c[k]
 			pos[c[k]][k]++
 		}
+	}
+	p.balanceHeads(placed)
+	for _, row := range pos {
+		clear(row)
+	}
+	for _, c := range placed {
+		for k, n := range c {
+			pos[n][k]++
+		}
+	}
+	// The greedy order leaves a few nodes one position off; swapping two
+	// replicas' positions behind the head while that evens the counts fixes
+	// most.
+	for pass, moved := 0, true; pass < 16 && moved; pass++ {
+		moved = false
+		for _, c := range placed {
+			for k := 1; k < len(c); k++ {
+				for j := k + 1; j < len(c); j++ {
+					a, b := pos[c[k]], pos[c[j]]
+					// Moving a from k to j and b from j to k changes the
+					// sum of squared counts by 2·(a[j]-a[k]+b[k]-b[j]+2).
+					if a[j]-a[k]+b[k]-b[j]+2 < 0 {
+						a[k]--
+						a[j]++
+						b[j]--
+						b[k]++
+						c[k], c[j] = c[j], c[k]
+						moved = true
+					}
+				}
+			}
+		}
+	}
+	out := make([][]uint32, 0, len(placed))
+	for _, c := range placed {
 		ts := make([]uint32, len(c))
 		for k, n := range c {
 			left := p.leftT[n]
@@ -414,4 +456,68 @@ func (p *placer) order(placed [][]int) [][]uint32 {
 		out = append(out, ts)
 	}
 	return out
+}
+
+// balanceHeads moves heads from nodes heading more chains than their share
+// (a node's replicas ÷ replicas, rounded up) to nodes heading fewer than it
+// (rounded down), along a path of chains: the head of a chain hands the
+// head to another replica of it, which hands one of its own on, until a
+// node short of heads takes one. Writes enter at the head, so this evens
+// the write load; the greedy order alone leaves some nodes one off.
+func (p *placer) balanceHeads(placed [][]int) {
+	n, r := len(p.nodeIDs), p.replicas
+	load := make([]int, n)
+	heads := make([]int, n)
+	headed := make([][]int, n)
+	for ci, c := range placed {
+		for _, x := range c {
+			load[x]++
+		}
+		heads[c[0]]++
+		headed[c[0]] = append(headed[c[0]], ci)
+	}
+	type step struct{ from, chain int }
+	parent := make([]step, n)
+	seen := make([]bool, n)
+	for u := 0; u < n; u++ {
+		for heads[u] > (load[u]+r-1)/r {
+			clear(seen)
+			seen[u] = true
+			queue, found := []int{u}, -1
+			for len(queue) > 0 && found < 0 {
+				x := queue[0]
+				queue = queue[1:]
+				for _, ci := range headed[x] {
+					for _, y := range placed[ci][1:] {
+						if seen[y] {
+							continue
+						}
+						seen[y], parent[y] = true, step{x, ci}
+						if heads[y] < load[y]/r {
+							found = y
+							break
+						}
+						queue = append(queue, y)
+					}
+					if found >= 0 {
+						break
+					}
+				}
+			}
+			if found < 0 {
+				break
+			}
+			for y := found; y != u; {
+				st := parent[y]
+				c := placed[st.chain]
+				k := slices.Index(c, y)
+				c[0], c[k] = y, st.from
+				headed[st.from] = slices.DeleteFunc(headed[st.from], func(ci int) bool { return ci == st.chain })
+				headed[y] = append(headed[y], st.chain)
+				y = st.from
+			}
+			heads[u]--
+			heads[found]++
+		}
+	}
 }

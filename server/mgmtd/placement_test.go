@@ -52,13 +52,18 @@ func checkTable(t *testing.T, targets []*mgmtdpb.Target, racks map[string]string
 	}
 }
 
+// rackGrid is grid(nodes, perNode) with node i in rack r<i mod racks>.
+func rackGrid(nodes, perNode, racks int) ([]*mgmtdpb.Target, map[string]string) {
+	names := map[string]string{}
+	for n := 0; n < nodes; n++ {
+		names[fmt.Sprintf("node-%04d", n)] = fmt.Sprint("r", n%racks)
+	}
+	return grid(nodes, perNode), names
+}
+
 func TestPlaceRacks(t *testing.T) {
 	// 12 nodes of 3 targets in 4 racks: every chain spans 3 racks.
-	targets := grid(12, 3)
-	racks := map[string]string{}
-	for n := 0; n < 12; n++ {
-		racks[fmt.Sprintf("node-%04d", n)] = fmt.Sprint("r", n%4)
-	}
+	targets, racks := rackGrid(12, 3, 4)
 	chains, err := Place(targets, racks, 3, len(targets))
 	if err != nil {
 		t.Fatal(err)
@@ -164,11 +169,7 @@ func TestPlaceTooFewDomains(t *testing.T) {
 }
 
 func TestPlaceDeterministic(t *testing.T) {
-	targets := grid(40, 4)
-	racks := map[string]string{}
-	for n := 0; n < 40; n++ {
-		racks[fmt.Sprintf("node-%04d", n)] = fmt.Sprint("r", n%8)
-	}
+	targets, racks := rackGrid(40, 4, 8)
 	want, err := Place(targets, racks, 3, 160)
 	if err != nil {
 		t.Fatal(err)
@@ -212,6 +213,18 @@ func TestPlaceFigures(t *testing.T) {
 		checkTable(t, targets, nil, 3, chains)
 		f := measure(targets, chains)
 		t.Log(f)
+		// Writes enter at the head: every node heads about as many chains.
+		heads := map[string]int{}
+		for _, c := range chains {
+			heads[targets[c[0]-1].Node]++
+		}
+		lo, hi := len(chains), 0
+		for _, h := range heads {
+			lo, hi = min(lo, h), max(hi, h)
+		}
+		if len(heads) != n || hi-lo > 1 {
+			t.Errorf("%d nodes: %d of them head %d..%d chains each", n, len(heads), lo, hi)
+		}
 		if f.maxShare > f.idealShare+1 {
 			t.Errorf("%d nodes: two nodes share %d chains, ideal %d", n, f.maxShare, f.idealShare)
 		}
@@ -269,5 +282,24 @@ func TestCreateTableRacks(t *testing.T) {
 	err := c.Apply(&mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{Table: 2, Replicas: 4, Chains: 1}}})
 	if !errors.Is(err, ErrBadCommand) {
 		t.Fatalf("4 replicas in 3 racks: %v", err)
+	}
+}
+
+// TestPlaceGolden pins one table. Place runs when the state machine applies
+// CreateChainTable, so a replica replaying that entry with another build
+// must compute the same chains: a change that alters this table changes
+// what every existing cluster's log means, and must be made deliberately
+// (a new command, or the table carried in the command).
+func TestPlaceGolden(t *testing.T) {
+	targets, racks := rackGrid(8, 2, 4)
+	chains, err := Place(targets, racks, 3, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(chains)
+	checkTable(t, targets, racks, 3, chains)
+	const want = "[[1 3 5] [9 11 15] [4 7 13] [12 14 16] [8 10 3] [6 7 11] [15 5 9] [13 4 10] [2 6 12] [3 16 1] [8 2 14] [9 11 13] [15 5 4] [6 10 7] [12 1 8] [14 16 2]]"
+	if got != want {
+		t.Fatalf("Place gave\n%s\nwant\n%s", got, want)
 	}
 }
