@@ -148,7 +148,7 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	c.Addr = ln.Addr().String()
 	c.spawn(func() { c.gs.Serve(ln) })
 	if cfg.ExpectTargets > 0 {
-		c.spawn(func() { c.createTable(bg, cfg.ExpectTargets, max(1, min(cfg.Replicas, cfg.ExpectTargets))) })
+		c.spawn(func() { c.createTable(bg, cfg.ExpectTargets, max(1, min(cfg.Replicas, cfg.ExpectTargets)), cfg.Logger) })
 	}
 	// The collector deletes unlinked files' chunks through its own client.
 	var tr fabric.Transport = cfg.Local
@@ -161,8 +161,11 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	return c, nil
 }
 
-// createTable makes chain table 1 once enough targets registered.
-func (c *Control) createTable(ctx context.Context, targets, replicas int) {
+// createTable makes chain table 1 once enough targets registered. A
+// placement the map refuses (too few nodes or racks for the replicas) is
+// logged, each new reason once, and tried again as nodes register.
+func (c *Control) createTable(ctx context.Context, targets, replicas int, log *slog.Logger) {
+	refused := ""
 	for ctx.Err() == nil {
 		if c.replica.IsLeader() {
 			m, err := c.replica.ClusterMap()
@@ -173,6 +176,9 @@ func (c *Control) createTable(ctx context.Context, targets, replicas int) {
 				if err := c.replica.ProposeCluster(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{
 					Table: 1, Replicas: uint32(replicas), Chains: uint32(len(m.Targets))}}}); err == nil {
 					return
+				} else if errors.Is(err, mgmtd.ErrBadCommand) && err.Error() != refused {
+					refused = err.Error()
+					log.Warn("chain table not created", "targets", len(m.Targets), "replicas", replicas, "err", err)
 				}
 			}
 		}
