@@ -200,11 +200,7 @@ func TestPlaceDeterministic(t *testing.T) {
 // chain per target, 3 replicas, and checks what a node failure costs
 // against the ideal; -v prints the figures (BENCHMARKS.md).
 func TestPlaceFigures(t *testing.T) {
-	sizes := []int{10, 100, 180, 1000}
-	if testing.Short() {
-		sizes = sizes[:2]
-	}
-	for _, n := range sizes {
+	for _, n := range []int{10, 100, 180, 1000} {
 		targets := grid(n, 10)
 		chains, err := Place(targets, nil, 3, len(targets))
 		if err != nil {
