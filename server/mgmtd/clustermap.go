@@ -201,7 +201,16 @@ func createTable(m *mgmtdpb.ClusterMap, r *mgmtdpb.CreateChainTable) error {
 			racks[n.Id] = n.Rack
 		}
 	}
-	placed, err := Place(serving, racks, int(r.Replicas), int(r.Chains))
+	var placed [][]uint32
+	var err error
+	switch r.Placement {
+	case placementFirst:
+		placed, err = placeFirst(serving, int(r.Replicas), int(r.Chains))
+	case PlacementBalanced:
+		placed, err = Place(serving, racks, int(r.Replicas), int(r.Chains))
+	default:
+		err = fmt.Errorf("%w: placement algorithm %d is unknown to this build", ErrBadCommand, r.Placement)
+	}
 	if err != nil {
 		return err
 	}

@@ -261,7 +261,7 @@ func TestCreateTableRacks(t *testing.T) {
 	for n := 0; n < 6; n++ {
 		register(n, fmt.Sprint("r", n/2))
 	}
-	apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 12}}})
+	apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 12, Placement: PlacementBalanced}}})
 	m, _ := c.Map()
 	if len(m.Chains) != 12 {
 		t.Fatalf("%d chains, want 12", len(m.Chains))
@@ -275,17 +275,71 @@ func TestCreateTableRacks(t *testing.T) {
 			t.Fatalf("chain %d on targets %v spans %d racks, want 3", ch.Id, ch.Targets, len(racks))
 		}
 	}
-	err := c.Apply(&mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{Table: 2, Replicas: 4, Chains: 1}}})
+	err := c.Apply(&mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{Table: 2, Replicas: 4, Chains: 1, Placement: PlacementBalanced}}})
 	if !errors.Is(err, ErrBadCommand) {
 		t.Fatalf("4 replicas in 3 racks: %v", err)
+	}
+}
+
+// TestCreateTableReplaysItsOwnPlacement: a CreateChainTable entry from
+// before the placement field (a log written by an older build) still
+// places with the first algorithm, pinned here as that build computed it,
+// so a replica replaying it makes the same chains; an algorithm this build
+// does not know is refused rather than guessed.
+func TestCreateTableReplaysItsOwnPlacement(t *testing.T) {
+	var targets []*mgmtdpb.Target
+	for n := 0; n < 4; n++ {
+		for k := 0; k < 2; k++ {
+			targets = append(targets, &mgmtdpb.Target{Id: uint32(2*n + k + 1), Node: fmt.Sprintf("node-%04d", n)})
+		}
+	}
+	first, err := placeFirst(targets, 3, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "[[1 3 5] [7 2 4] [6 8 1] [3 5 7] [2 4 6] [8 1 3] [5 7 2] [4 6 8]]"
+	if got := fmt.Sprint(first); got != want {
+		t.Fatalf("the first placement gave\n%s\nwant (as the build before the placement field did)\n%s", got, want)
+	}
+	for _, tc := range []struct {
+		placement uint32
+		want      [][]uint32
+	}{{placementFirst, first}, {PlacementBalanced, nil}} {
+		c := openMap(t)
+		for n := 0; n < 4; n++ {
+			apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_RegisterNode{RegisterNode: &mgmtdpb.RegisterNode{
+				Node:    &mgmtdpb.Node{Id: fmt.Sprintf("node-%04d", n), Address: fmt.Sprintf("10.0.0.%d:7410", n)},
+				Targets: []uint32{uint32(2*n + 1), uint32(2*n + 2)}}}})
+		}
+		apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 8, Placement: tc.placement}}})
+		m, _ := c.Map()
+		var got [][]uint32
+		for _, ch := range m.Chains {
+			got = append(got, ch.Targets)
+		}
+		if tc.want != nil && fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Fatalf("placement %d made %v, want %v", tc.placement, got, tc.want)
+		}
+		if len(got) != 8 {
+			t.Fatalf("placement %d made %d chains", tc.placement, len(got))
+		}
+	}
+	c := openMap(t)
+	for n := 0; n < 4; n++ {
+		apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_RegisterNode{RegisterNode: &mgmtdpb.RegisterNode{
+			Node: &mgmtdpb.Node{Id: fmt.Sprint("n", n), Address: fmt.Sprintf("10.0.0.%d:7410", n)}, Targets: []uint32{uint32(n + 1)}}}})
+	}
+	err = c.Apply(&mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: 4, Placement: 99}}})
+	if !errors.Is(err, ErrBadCommand) || !strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("placement 99: %v", err)
 	}
 }
 
 // TestPlaceGolden pins one table. Place runs when the state machine applies
 // CreateChainTable, so a replica replaying that entry with another build
 // must compute the same chains: a change that alters this table changes
-// what every existing cluster's log means, and must be made deliberately
-// (a new command, or the table carried in the command).
+// what every existing cluster's log means, so a better algorithm gets a
+// new CreateChainTable.placement number instead (placement_v1.go).
 func TestPlaceGolden(t *testing.T) {
 	targets, racks := rackGrid(8, 2, 4)
 	chains, err := Place(targets, racks, 3, 16)
