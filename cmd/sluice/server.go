@@ -47,6 +47,7 @@ type serverConfig struct {
 	Storage struct {
 		Cluster      string   `json:"cluster"`
 		NodeID       string   `json:"node_id"`
+		Rack         string   `json:"rack"` // optional failure domain, see cluster.StorageConfig
 		FabricListen string   `json:"fabric_listen"`
 		Targets      []uint32 `json:"targets"`
 		ChunkSize    int      `json:"chunk_size"`
@@ -108,7 +109,7 @@ func newServerCmd() *cobra.Command {
 				src = httpSources{metrics: c.Metrics(), ready: c.Ready, api: c.API}
 			case "storage":
 				s := cfg.Storage
-				n, err := cluster.StartStorage(cmd.Context(), cluster.StorageConfig{Dir: cfg.Dir, Cluster: s.Cluster, Token: token, NodeID: s.NodeID,
+				n, err := cluster.StartStorage(cmd.Context(), cluster.StorageConfig{Dir: cfg.Dir, Cluster: s.Cluster, Token: token, NodeID: s.NodeID, Rack: s.Rack,
 					FabricListen: s.FabricListen, Targets: s.Targets, ChunkSize: s.ChunkSize, Logger: logger})
 				if err != nil {
 					return err

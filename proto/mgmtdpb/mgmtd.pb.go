@@ -77,9 +77,13 @@ func (TargetState) EnumDescriptor() ([]byte, []int) {
 }
 
 type Node struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Address       string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // fabric address
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Address string                 `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"` // fabric address
+	// rack: the node's failure domain above itself (a rack, a power or
+	// switch domain), optional. Chain placement puts no two replicas of a
+	// chain in one rack; a node without one is a domain of its own.
+	Rack          string `protobuf:"bytes,3,opt,name=rack,proto3" json:"rack,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -124,6 +128,13 @@ func (x *Node) GetId() string {
 func (x *Node) GetAddress() string {
 	if x != nil {
 		return x.Address
+	}
+	return ""
+}
+
+func (x *Node) GetRack() string {
+	if x != nil {
+		return x.Rack
 	}
 	return ""
 }
@@ -622,10 +633,16 @@ func (x *RegisterNode) GetTargets() []uint32 {
 }
 
 type CreateChainTable struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Table         uint32                 `protobuf:"varint,1,opt,name=table,proto3" json:"table,omitempty"`
-	Replicas      uint32                 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`
-	Chains        uint32                 `protobuf:"varint,3,opt,name=chains,proto3" json:"chains,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Table    uint32                 `protobuf:"varint,1,opt,name=table,proto3" json:"table,omitempty"`
+	Replicas uint32                 `protobuf:"varint,2,opt,name=replicas,proto3" json:"replicas,omitempty"`
+	Chains   uint32                 `protobuf:"varint,3,opt,name=chains,proto3" json:"chains,omitempty"`
+	// The placement algorithm the state machine runs: the table must come
+	// out the same whenever the command is applied, also by a later build
+	// replaying the log. 0 (absent) is the first one (nodes only, greedy);
+	// 2 the balanced one with failure domains (mgmtd.Place). The leader
+	// sets the newest it knows.
+	Placement     uint32 `protobuf:"varint,4,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -677,6 +694,13 @@ func (x *CreateChainTable) GetReplicas() uint32 {
 func (x *CreateChainTable) GetChains() uint32 {
 	if x != nil {
 		return x.Chains
+	}
+	return 0
+}
+
+func (x *CreateChainTable) GetPlacement() uint32 {
+	if x != nil {
+		return x.Placement
 	}
 	return 0
 }
@@ -799,10 +823,11 @@ var File_mgmtd_v1_mgmtd_proto protoreflect.FileDescriptor
 
 const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\n" +
-	"\x14mgmtd/v1/mgmtd.proto\x12\x0fsluice.mgmtd.v1\"0\n" +
+	"\x14mgmtd/v1/mgmtd.proto\x12\x0fsluice.mgmtd.v1\"D\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
-	"\aaddress\x18\x02 \x01(\tR\aaddress\"\x92\x01\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04rack\x18\x03 \x01(\tR\x04rack\"\x92\x01\n" +
 	"\x06Target\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x122\n" +
@@ -838,11 +863,12 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\x02op\"S\n" +
 	"\fRegisterNode\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x15.sluice.mgmtd.v1.NodeR\x04node\x12\x18\n" +
-	"\atargets\x18\x02 \x03(\rR\atargets\"\\\n" +
+	"\atargets\x18\x02 \x03(\rR\atargets\"z\n" +
 	"\x10CreateChainTable\x12\x14\n" +
 	"\x05table\x18\x01 \x01(\rR\x05table\x12\x1a\n" +
 	"\breplicas\x18\x02 \x01(\rR\breplicas\x12\x16\n" +
-	"\x06chains\x18\x03 \x01(\rR\x06chains\"Y\n" +
+	"\x06chains\x18\x03 \x01(\rR\x06chains\x12\x1c\n" +
+	"\tplacement\x18\x04 \x01(\rR\tplacement\"Y\n" +
 	"\fTargetSynced\x12\x14\n" +
 	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x16\n" +
 	"\x06target\x18\x02 \x01(\rR\x06target\x12\x1b\n" +

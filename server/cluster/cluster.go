@@ -166,7 +166,7 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	c.Addr = ln.Addr().String()
 	c.spawn(func() { c.gs.Serve(ln) })
 	if cfg.ExpectTargets > 0 {
-		c.spawn(func() { c.createTable(bg, cfg.ExpectTargets, max(1, min(cfg.Replicas, cfg.ExpectTargets))) })
+		c.spawn(func() { c.createTable(bg, cfg.ExpectTargets, max(1, min(cfg.Replicas, cfg.ExpectTargets)), cfg.Logger) })
 	}
 	// The collector deletes unlinked files' chunks through its own client.
 	var tr fabric.Transport = cfg.Local
@@ -179,8 +179,11 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	return c, nil
 }
 
-// createTable makes chain table 1 once enough targets registered.
-func (c *Control) createTable(ctx context.Context, targets, replicas int) {
+// createTable makes chain table 1 once enough targets registered. A
+// placement the map refuses (too few nodes or racks for the replicas) is
+// logged, each new reason once, and tried again as nodes register.
+func (c *Control) createTable(ctx context.Context, targets, replicas int, log *slog.Logger) {
+	refused := ""
 	for ctx.Err() == nil {
 		if c.replica.IsLeader() {
 			m, err := c.replica.ClusterMap()
@@ -189,8 +192,11 @@ func (c *Control) createTable(ctx context.Context, targets, replicas int) {
 			}
 			if err == nil && len(m.Targets) >= targets {
 				if err := c.replica.ProposeCluster(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{
-					Table: 1, Replicas: uint32(replicas), Chains: uint32(len(m.Targets))}}}); err == nil {
+					Table: 1, Replicas: uint32(replicas), Chains: uint32(len(m.Targets)), Placement: mgmtd.PlacementBalanced}}}); err == nil {
 					return
+				} else if errors.Is(err, mgmtd.ErrBadCommand) && err.Error() != refused {
+					refused = err.Error()
+					log.Warn("chain table not created", "targets", len(m.Targets), "replicas", replicas, "err", err)
 				}
 			}
 		}
@@ -283,10 +289,13 @@ func (c *Control) Close() error {
 
 // StorageConfig configures a storage node.
 type StorageConfig struct {
-	Dir          string // target directories go under it, one per target
-	Cluster      string // the control plane's gRPC addresses, comma-separated
-	Token        string
-	NodeID       string   // the node's name in the cluster map
+	Dir     string // target directories go under it, one per target
+	Cluster string // the control plane's gRPC addresses, comma-separated
+	Token   string
+	NodeID  string // the node's name in the cluster map
+	// Rack, optional, is the node's failure domain above itself: when nodes
+	// name racks, no two replicas of a chain are placed in one rack.
+	Rack         string
 	FabricListen string   // the fabric address (default 127.0.0.1:0)
 	Targets      []uint32 // the node's targets
 	ChunkSize    int      // the largest chunk it must hold (default 4 MiB)
@@ -390,7 +399,7 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 	defer rcancel()
 	var agent *mgmtd.Agent
 	for {
-		agent, err = mgmtd.NewAgent(rctx, mc, &mgmtdpb.Node{Id: cfg.NodeID, Address: string(s.ep.ID())}, cfg.Targets, 500*time.Millisecond, cfg.Logger)
+		agent, err = mgmtd.NewAgent(rctx, mc, &mgmtdpb.Node{Id: cfg.NodeID, Address: string(s.ep.ID()), Rack: cfg.Rack}, cfg.Targets, 500*time.Millisecond, cfg.Logger)
 		if err == nil || rctx.Err() != nil {
 			break
 		}

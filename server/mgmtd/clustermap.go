@@ -3,8 +3,6 @@ package mgmtd
 import (
 	"errors"
 	"fmt"
-	"slices"
-	"sort"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -131,7 +129,7 @@ func registerNode(m *mgmtdpb.ClusterMap, r *mgmtdpb.RegisterNode) error {
 	found := false
 	for _, n := range m.Nodes {
 		if n.Id == r.Node.Id {
-			n.Address, found = r.Node.Address, true
+			n.Address, n.Rack, found = r.Node.Address, r.Node.Rack, true
 		}
 	}
 	if !found {
@@ -197,7 +195,22 @@ func createTable(m *mgmtdpb.ClusterMap, r *mgmtdpb.CreateChainTable) error {
 			serving = append(serving, t)
 		}
 	}
-	placed, err := Place(serving, int(r.Replicas), int(r.Chains))
+	racks := map[string]string{}
+	for _, n := range m.Nodes {
+		if n.Rack != "" {
+			racks[n.Id] = n.Rack
+		}
+	}
+	var placed [][]uint32
+	var err error
+	switch r.Placement {
+	case placementFirst:
+		placed, err = placeFirst(serving, int(r.Replicas), int(r.Chains))
+	case PlacementBalanced:
+		placed, err = Place(serving, racks, int(r.Replicas), int(r.Chains))
+	default:
+		err = fmt.Errorf("%w: placement algorithm %d is unknown to this build", ErrBadCommand, r.Placement)
+	}
 	if err != nil {
 		return err
 	}
@@ -274,84 +287,4 @@ func targetFull(m *mgmtdpb.ClusterMap, r *mgmtdpb.TargetFull) error {
 	}
 	t.Full = r.Full
 	return nil
-}
-
-// Place chooses replicas targets, on distinct nodes, for each of chains
-// chains: each chain takes the least-loaded nodes, breaking ties by how
-// rarely they already share chains with the nodes chosen so far, so that
-// when a node fails the recovery reads spread evenly over the others; and
-// on each node the least-loaded target.
-func Place(targets []*mgmtdpb.Target, replicas, chains int) ([][]uint32, error) {
-	byNode := map[string][]uint32{}
-	for _, t := range targets {
-		byNode[t.Node] = append(byNode[t.Node], t.Id)
-	}
-	nodes := make([]string, 0, len(byNode))
-	for n := range byNode {
-		nodes = append(nodes, n)
-		sort.Slice(byNode[n], func(i, j int) bool { return byNode[n][i] < byNode[n][j] })
-	}
-	sort.Strings(nodes)
-	if replicas < 1 || replicas > len(nodes) || chains < 1 {
-		return nil, fmt.Errorf("%w: %d replicas on %d nodes, %d chains", ErrBadCommand, replicas, len(nodes), chains)
-	}
-	nodeLoad := map[string]int{}
-	targetLoad := map[uint32]int{}
-	pair := map[[2]string]int{}
-	out := make([][]uint32, 0, chains)
-	for i := 0; i < chains; i++ {
-		var chosen []string
-		for k := 0; k < replicas; k++ {
-			best := ""
-			for _, n := range nodes {
-				if slices.Contains(chosen, n) {
-					continue
-				}
-				if best == "" || better(n, best, chosen, nodeLoad, pair) {
-					best = n
-				}
-			}
-			chosen = append(chosen, best)
-		}
-		var ts []uint32
-		for k, n := range chosen {
-			t := byNode[n][0]
-			for _, c := range byNode[n] {
-				if targetLoad[c] < targetLoad[t] {
-					t = c
-				}
-			}
-			ts = append(ts, t)
-			targetLoad[t]++
-			nodeLoad[n]++
-			for _, o := range chosen[:k] {
-				pair[pairKey(n, o)]++
-			}
-		}
-		out = append(out, ts)
-	}
-	return out, nil
-}
-
-func pairKey(a, b string) [2]string {
-	if a > b {
-		a, b = b, a
-	}
-	return [2]string{a, b}
-}
-
-// better reports whether node a should be chosen over b next.
-func better(a, b string, chosen []string, load map[string]int, pair map[[2]string]int) bool {
-	if load[a] != load[b] {
-		return load[a] < load[b]
-	}
-	pa, pb := 0, 0
-	for _, c := range chosen {
-		pa += pair[pairKey(a, c)]
-		pb += pair[pairKey(b, c)]
-	}
-	if pa != pb {
-		return pa < pb
-	}
-	return a < b
 }

@@ -20,7 +20,7 @@ func TestPlacementBalanced(t *testing.T) {
 		}
 	}
 	node := func(id uint32) string { return fmt.Sprint("node", id/10) }
-	chains, err := Place(targets, 3, 24)
+	chains, err := Place(targets, nil, 3, 24)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestPlacementBalanced(t *testing.T) {
 	if len(pairs) != 15 || hi-lo > 2 {
 		t.Fatalf("node pairs share chains unevenly: %d pairs, %d..%d", len(pairs), lo, hi)
 	}
-	if _, err := Place(targets, 7, 1); !errors.Is(err, ErrBadCommand) {
+	if _, err := Place(targets, nil, 7, 1); !errors.Is(err, ErrBadCommand) {
 		t.Fatalf("7 replicas on 6 nodes: %v", err)
 	}
 }

@@ -27,4 +27,11 @@
 // Heartbeats renew a node's lease and report its disks; a target with less
 // than FullBelow free is marked full in the map (writes to its chains fail
 // fast) until it has twice that.
+//
+// Place (placement.go) lays out a chain table when it is created: no two
+// replicas of a chain in one failure domain (a node, or the rack its
+// storage node registered), every target its share of replicas, and the
+// chains a node shares with each other node as few and as even as the
+// numbers allow. It runs inside the state machine, so it is deterministic;
+// it never moves the chains of a table that exists.
 package mgmtd
