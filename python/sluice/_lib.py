@@ -2,6 +2,7 @@
 import ctypes
 import json
 import os
+import queue
 import sys
 import threading
 
@@ -25,6 +26,7 @@ def _after_fork_in_child():
     global _lib
     if _lib is not None:
         _lib = _Forked()
+    _idle.clear()  # their threads are the parent's
 
 
 class _Forked:
@@ -114,6 +116,24 @@ _QUICK = frozenset([
 _CANCEL_WAIT = 5.0
 
 
+class _Helper:
+    """A thread that runs blocking calls for the main thread, one at a
+    time, and goes back to the idle list after each (so one abandoned to
+    Ctrl-C and still running is never handed another call)."""
+
+    def __init__(self):
+        self.jobs = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name="sluice-call", daemon=True).start()
+
+    def _serve(self):
+        while True:
+            self.jobs.get()()
+            _idle.append(self)
+
+
+_idle = []  # helpers waiting for a call
+
+
 def blocking(fn, *args):
     """fn(*args), for a call that may block on the cluster, run so that
     Ctrl-C interrupts it: Python delivers signals to the main thread only
@@ -136,7 +156,11 @@ def blocking(fn, *args):
         finally:
             done.set()
 
-    threading.Thread(target=run, name="sluice-call", daemon=True).start()
+    try:
+        helper = _idle.pop()
+    except IndexError:
+        helper = _Helper()
+    helper.jobs.put(run)
     try:
         while not done.wait(0.1):
             pass
