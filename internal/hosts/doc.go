@@ -9,7 +9,8 @@
 //     beyond the Net;
 //   - one network namespace per host, with loopback and eth0 at
 //     198.18.0.10, .11, … on 198.18.0.0/24 (RFC 2544's benchmarking
-//     range) and no default route, joined to the bridge by a veth pair
+//     range), no default route and IPv6 off (no link-local way around
+//     a partition), joined to the bridge by a veth pair
 //     created between the two namespaces directly, so no link ever passes
 //     through the machine's own namespace;
 //   - per host, an optional tbf qdisc on both ends of that veth pair

@@ -76,36 +76,38 @@ func (h *Host) Rate() int64 {
 // Isolate drops every packet between the host and the rest of the Net,
 // silently (peers time out rather than being refused), until Heal.
 func (h *Host) Isolate() error {
-	return h.setBlocked([]netip.Addr{Subnet.Addr()})
+	return h.setBlocked(func([]netip.Addr) []netip.Addr { return []netip.Addr{Subnet.Addr()} })
 }
 
 // Block drops packets between the host and peers, on top of what is
 // blocked already, until Heal. Blocking the other way too (peer.Block(h))
 // is the caller's choice: one side alone already stops TCP.
 func (h *Host) Block(peers ...*Host) error {
-	h.mu.Lock()
-	next := slices.Clone(h.blocked)
-	h.mu.Unlock()
-	for _, p := range peers {
-		if !slices.Contains(next, p.Addr) {
-			next = append(next, p.Addr)
+	return h.setBlocked(func(cur []netip.Addr) []netip.Addr {
+		next := slices.Clone(cur)
+		for _, p := range peers {
+			if !slices.Contains(next, p.Addr) {
+				next = append(next, p.Addr)
+			}
 		}
-	}
-	return h.setBlocked(next)
+		return next
+	})
 }
 
 // Heal lets all of the host's traffic through again.
 func (h *Host) Heal() error {
-	return h.setBlocked(nil)
+	return h.setBlocked(func([]netip.Addr) []netip.Addr { return nil })
 }
 
-// setBlocked replaces the set of dropped peers in one nftables
-// transaction; Subnet's own address stands for the whole subnet.
-func (h *Host) setBlocked(addrs []netip.Addr) error {
+// setBlocked replaces the set of dropped peers with what next makes of it,
+// in one nftables transaction; Subnet's own address stands for the whole
+// subnet.
+func (h *Host) setBlocked(next func(cur []netip.Addr) []netip.Addr) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if slices.Contains(addrs, Subnet.Addr()) || slices.Contains(h.blocked, Subnet.Addr()) && len(addrs) > 0 {
-		addrs = []netip.Addr{Subnet.Addr()} // overlapping elements would not go into the set
+	addrs := next(h.blocked)
+	if slices.Contains(addrs, Subnet.Addr()) {
+		addrs = []netip.Addr{Subnet.Addr()} // elements inside it would overlap it
 	}
 	var script strings.Builder
 	if !h.table {

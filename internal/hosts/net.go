@@ -146,6 +146,13 @@ func (n *Net) addNS(name string) error {
 	n.mu.Lock()
 	n.nss = append(n.nss, name)
 	n.mu.Unlock()
+	// IPv4 only: IPv6 link-local addresses would give hosts a way around
+	// the partitions, which drop IPv4 peers.
+	if _, err := os.Stat("/proc/sys/net/ipv6"); err == nil {
+		if err := run("ip", "netns", "exec", name, "sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"); err != nil {
+			return err
+		}
+	}
 	return run("ip", "-n", name, "link", "set", "lo", "up")
 }
 
@@ -241,7 +248,8 @@ func RemoveStale(log *slog.Logger) error {
 			continue
 		}
 		log.Info("hosts: removing a stale namespace", "netns", name)
-		if err := run("ip", "netns", "delete", name); err != nil {
+		// Another process's Open may have removed it first.
+		if err := run("ip", "netns", "delete", name); err != nil && !strings.Contains(err.Error(), "No such file") {
 			errs = append(errs, err)
 		}
 	}
