@@ -18,14 +18,14 @@ import (
 // Host is one emulated host: a network namespace with eth0 at Addr.
 type Host struct {
 	Name string     // its network namespace
-	Addr netip.Addr // eth0's address in Subnet
+	Addr netip.Addr // eth0's address in 198.18.0.0/24
 	net  *Net
 	port string // its veth's name on the bridge
 
 	mu      sync.Mutex
 	rate    int64
 	table   bool         // the nftables table exists
-	blocked []netip.Addr // peers dropped, or Subnet's address when isolated
+	blocked []netip.Addr // peers dropped, or subnet's address when isolated
 }
 
 // AddrPort is the host's address with port, as host:port.
@@ -76,7 +76,7 @@ func (h *Host) Rate() int64 {
 // Isolate drops every packet between the host and the rest of the Net,
 // silently (peers time out rather than being refused), until Heal.
 func (h *Host) Isolate() error {
-	return h.setBlocked(func([]netip.Addr) []netip.Addr { return []netip.Addr{Subnet.Addr()} })
+	return h.setBlocked(func([]netip.Addr) []netip.Addr { return []netip.Addr{subnet.Addr()} })
 }
 
 // Block drops packets between the host and peers, on top of what is
@@ -100,14 +100,14 @@ func (h *Host) Heal() error {
 }
 
 // setBlocked replaces the set of dropped peers with what next makes of it,
-// in one nftables transaction; Subnet's own address stands for the whole
+// in one nftables transaction; subnet's own address stands for the whole
 // subnet.
 func (h *Host) setBlocked(next func(cur []netip.Addr) []netip.Addr) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	addrs := next(h.blocked)
-	if slices.Contains(addrs, Subnet.Addr()) {
-		addrs = []netip.Addr{Subnet.Addr()} // elements inside it would overlap it
+	if slices.Contains(addrs, subnet.Addr()) {
+		addrs = []netip.Addr{subnet.Addr()} // elements inside it would overlap it
 	}
 	var script strings.Builder
 	if !h.table {
@@ -126,8 +126,8 @@ func (h *Host) setBlocked(next func(cur []netip.Addr) []netip.Addr) error {
 		elems := make([]string, len(addrs))
 		for i, a := range addrs {
 			elems[i] = a.String()
-			if a == Subnet.Addr() {
-				elems[i] = Subnet.String()
+			if a == subnet.Addr() {
+				elems[i] = subnet.String()
 			}
 		}
 		fmt.Fprintf(&script, "add element inet slh peers { %s }\n", strings.Join(elems, ", "))

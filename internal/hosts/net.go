@@ -22,12 +22,12 @@ const Prefix = "slh-"
 // a Net: not root, no `ip`, or namespaces cannot be created.
 var ErrUnsupported = errors.New("hosts: network namespaces unavailable")
 
-// Subnet is the hosts' network; BridgeAddr is the bridge's address in it,
-// and host i (from 0) has FirstHost+i.
+// The hosts' network (RFC 2544's benchmarking range, routed nowhere), the
+// bridge's address in it, and host 0's; host i has firstHost+i. Read only.
 var (
-	Subnet     = netip.MustParsePrefix("198.18.0.0/24")
-	BridgeAddr = netip.MustParseAddr("198.18.0.1")
-	FirstHost  = netip.MustParseAddr("198.18.0.10")
+	subnet     = netip.MustParsePrefix("198.18.0.0/24")
+	bridgeAddr = netip.MustParseAddr("198.18.0.1")
+	firstHost  = netip.MustParseAddr("198.18.0.10")
 )
 
 // MaxHosts is how many hosts one Net can have (.10 to .254).
@@ -112,7 +112,7 @@ func Open(cfg Config) (*Net, error) {
 	if err := run("ip", "-n", n.bridge, "link", "add", "br0", "type", "bridge"); err != nil {
 		return fail(err)
 	}
-	if err := run("ip", "-n", n.bridge, "addr", "add", netip.PrefixFrom(BridgeAddr, Subnet.Bits()).String(), "dev", "br0"); err != nil {
+	if err := run("ip", "-n", n.bridge, "addr", "add", netip.PrefixFrom(bridgeAddr, subnet.Bits()).String(), "dev", "br0"); err != nil {
 		return fail(err)
 	}
 	for _, link := range []string{"lo", "br0"} {
@@ -120,7 +120,7 @@ func Open(cfg Config) (*Net, error) {
 			return fail(err)
 		}
 	}
-	addr := FirstHost
+	addr := firstHost
 	for i := range cfg.Hosts {
 		h, err := n.addHost(base, i, addr)
 		if err != nil {
@@ -171,7 +171,7 @@ func (n *Net) addHost(base string, i int, addr netip.Addr) (*Host, error) {
 	steps := [][]string{
 		{"ip", "-n", n.bridge, "link", "set", h.port, "master", "br0"},
 		{"ip", "-n", n.bridge, "link", "set", h.port, "up"},
-		{"ip", "-n", h.Name, "addr", "add", netip.PrefixFrom(addr, Subnet.Bits()).String(), "dev", "eth0"},
+		{"ip", "-n", h.Name, "addr", "add", netip.PrefixFrom(addr, subnet.Bits()).String(), "dev", "eth0"},
 		{"ip", "-n", h.Name, "link", "set", "eth0", "up"},
 	}
 	for _, s := range steps {
