@@ -60,7 +60,7 @@ type Proc struct {
 	// Lines is the child's standard output a line at a time, closed when
 	// it ends.
 	Lines  <-chan string
-	stderr syncBuffer
+	stderr Buffer
 }
 
 // Start starts cmd (from Command), killed and waited for when t ends.
@@ -125,18 +125,19 @@ func (p *Proc) Skip(skip string) string {
 // Stderr is what the child has written to its standard error so far.
 func (p *Proc) Stderr() string { return p.stderr.String() }
 
-type syncBuffer struct {
+// Buffer collects what a child writes, from any number of goroutines.
+type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) Write(b []byte) (int, error) {
+func (s *Buffer) Write(b []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.Write(b)
 }
 
-func (s *syncBuffer) String() string {
+func (s *Buffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
