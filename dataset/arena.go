@@ -41,13 +41,14 @@ type arena struct {
 
 	// budget is what allocations may hold in all (the region may be
 	// larger: n). Past it an allocation waits, unless the loader's caller
-	// is waiting for the very step being allocated (hungry == preparing):
-	// then every piece is held by batches the caller keeps, waiting would
-	// never end, and the arena grows to n, warning once, and fails past n.
-	budget    int
-	preparing int64 // the step whose buffers are being allocated
-	hungry    int64 // the step the caller waits for; -1 when it does not
-	grew      bool
+	// is hungry: waiting in Next with nothing read ahead, so for the step
+	// being allocated now. Then every piece is held by batches the caller
+	// keeps, waiting would never end, and the arena grows to n, warning
+	// once, and fails past n. The allowance is for one step: the loader
+	// clears it (fed) when it hands that step on.
+	budget int
+	hungry bool
+	grew   bool
 
 	mu      sync.Mutex
 	free    []span      // sorted by offset, coalesced
@@ -86,28 +87,25 @@ func newArena(r region, size, budget int, c *sdk.Client) *arena {
 	// pages the kernel zeroes one by one during the first epoch. Best
 	// effort: kernels before 5.14 do not know the advice.
 	_ = unix.Madvise(b[:min(budget, size)&^(os.Getpagesize()-1)], unix.MADV_POPULATE_WRITE)
-	return &arena{mem: r, b: b, base: uintptr(unsafe.Pointer(&b[0])), n: size, budget: min(budget, size), hungry: -1,
+	return &arena{mem: r, b: b, base: uintptr(unsafe.Pointer(&b[0])), n: size, budget: min(budget, size),
 		free: []span{{0, size}}, used: map[int]int{}, changed: make(chan struct{}), stall: 10 * time.Second,
 		log: slog.Default(), waited: c.Metrics().Loader.MemoryWait}
 }
 
-// setHungry says whether the loader's caller waits for the step being
-// allocated now (see arena.budget), and wakes the allocation to look again.
+// setHungry says whether the loader's caller waits with nothing read
+// ahead (see arena.budget), and wakes an allocation to look again.
 func (a *arena) setHungry(h bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.hungry = -1
-	if h {
-		a.hungry = a.preparing
-	}
+	a.hungry = h
 	close(a.changed)
 	a.changed = make(chan struct{})
 }
 
-// beginStep says which step's buffers the allocations that follow are for.
-func (a *arena) beginStep(step int64) {
+// fed ends a hungry allowance: the step it was for is on its way.
+func (a *arena) fed() {
 	a.mu.Lock()
-	a.preparing = step
+	a.hungry = false
 	a.mu.Unlock()
 }
 
@@ -144,7 +142,7 @@ func (a *arena) alloc(ctx context.Context, n int) (int, error) {
 			return 0, fmt.Errorf("loader closed")
 		}
 		over := a.inUse+n > a.budget
-		hungry := a.hungry >= 0 && a.hungry == a.preparing
+		hungry := a.hungry
 		if !over || hungry {
 			for i, s := range a.free {
 				if s.n >= n {

@@ -372,7 +372,6 @@ func (l *Loader) start(s State) *run {
 			}
 			after := s
 			after.Consumed = p.consumed(step + 1)
-			l.a.beginStep(step)
 			j, err := l.d.prepare(ctx, l.a, l.schema, samples, l.cols, l.cfg.IndexColumn != "")
 			if err != nil {
 				r.fail(ctx, err)
@@ -382,6 +381,7 @@ func (l *Loader) start(s State) *run {
 			readAhead.Inc() // before Next can take it and count it down
 			select {
 			case r.out <- slot:
+				l.a.fed()
 			case <-ctx.Done():
 				readAhead.Dec()
 				j.discard()
