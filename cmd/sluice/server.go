@@ -30,7 +30,9 @@ type serverConfig struct {
 	// HTTP is the address of /metrics, /healthz, /readyz and (meta) the
 	// REST API; --http overrides it.
 	HTTP string `json:"http"`
-	Meta struct {
+	// HTTPGuard is --http-guard's default; the flag overrides it.
+	HTTPGuard bool `json:"http_guard"`
+	Meta      struct {
 		ID            string            `json:"id"`
 		RaftBind      string            `json:"raft_bind"`
 		Listen        string            `json:"listen"`
@@ -55,29 +57,27 @@ type serverConfig struct {
 }
 
 func newServerCmd() *cobra.Command {
-	var role, config string
+	var role, config, spec, node string
 	var hf httpFlags
 	cmd := &cobra.Command{
-		Use:   "server --role meta|storage --config FILE",
+		Use:   "server (--spec FILE --node NAME | --role meta|storage --config FILE)",
 		Short: "Run one process of a cluster: a control-plane replica or a storage node",
-		Args:  cobra.NoArgs,
+		Long: `Run one process of a cluster: a control-plane replica or a storage node.
+
+With --spec, the process is node NAME of a cluster spec (see sluice cluster
+check), translated into the per-process config --config takes; --role, when
+given, must be the node's.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			b, err := os.ReadFile(config)
+			cfg, err := loadServerConfig(&role, config, spec, node)
 			if err != nil {
 				return err
 			}
-			var cfg serverConfig
-			if err := json.Unmarshal(b, &cfg); err != nil {
-				return fmt.Errorf("config %s: %w", config, err)
-			}
-			if cfg.Dir == "" {
-				return fmt.Errorf("config %s: no dir", config)
-			}
-			if cfg.TokenFile == "" {
-				cfg.TokenFile = filepath.Join(cfg.Dir, "token")
-			}
 			if !cmd.Flags().Changed("http") {
 				hf.addr = cfg.HTTP
+			}
+			if !cmd.Flags().Changed("http-guard") {
+				hf.guard = cfg.HTTPGuard
 			}
 			logger := slog.Default()
 			if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
@@ -137,8 +137,50 @@ func newServerCmd() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&role, "role", "", "meta or storage")
 	cmd.Flags().StringVar(&config, "config", "", "the process's JSON config")
+	cmd.Flags().StringVar(&spec, "spec", "", "the cluster's spec (YAML or JSON), with --node")
+	cmd.Flags().StringVar(&node, "node", "", "this process's node name in --spec")
 	hf.add(cmd)
-	cmd.MarkFlagRequired("role")
-	cmd.MarkFlagRequired("config")
+	cmd.MarkFlagsMutuallyExclusive("spec", "config")
+	cmd.MarkFlagsRequiredTogether("spec", "node")
 	return cmd
+}
+
+// loadServerConfig is the process's config: node's part of the spec, or
+// the config file with --role. It sets role from the spec.
+func loadServerConfig(role *string, config, spec, node string) (serverConfig, error) {
+	var cfg serverConfig
+	switch {
+	case spec != "":
+		s, err := loadSpec(spec)
+		if err != nil {
+			return cfg, err
+		}
+		cfg, r, err := s.serverConfig(node)
+		if err != nil {
+			return cfg, fmt.Errorf("spec %s: %w", spec, err)
+		}
+		if *role != "" && *role != r {
+			return cfg, fmt.Errorf("spec %s: node %s is a %s node, not %s", spec, node, r, *role)
+		}
+		*role = r
+		return cfg, nil
+	case config == "":
+		return cfg, fmt.Errorf("want --spec FILE --node NAME, or --role meta|storage --config FILE")
+	case *role == "":
+		return cfg, fmt.Errorf("--config needs --role meta|storage")
+	}
+	b, err := os.ReadFile(config)
+	if err != nil {
+		return cfg, err
+	}
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", config, err)
+	}
+	if cfg.Dir == "" {
+		return cfg, fmt.Errorf("config %s: no dir", config)
+	}
+	if cfg.TokenFile == "" {
+		cfg.TokenFile = filepath.Join(cfg.Dir, "token")
+	}
+	return cfg, nil
 }
