@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicefs/sluice/server/mgmtd"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -304,11 +305,7 @@ func (s *clusterSpec) problems(files bool) []string {
 				targets[t] = who
 			}
 		}
-		if st.Rack != "" {
-			domains["rack "+st.Rack] = true
-		} else {
-			domains[who] = true
-		}
+		domains[mgmtd.FailureDomain(who, st.Rack)] = true
 	}
 	if r := s.replicas(); len(s.Storage) > 0 && r > len(domains) {
 		add("replicas %d: only %d failure domains (distinct racks; a node without a rack counts alone), want %d or more", r, len(domains), r)

@@ -67,6 +67,15 @@ type placer struct {
 
 type peer struct{ node, chains int32 }
 
+// FailureDomain names the failure domain of node: its rack when it has
+// one, else the node itself. No two replicas of a chain share one.
+func FailureDomain(node, rack string) string {
+	if rack != "" {
+		return "rack " + rack
+	}
+	return "node " + node
+}
+
 // Place chooses replicas targets for each of chains chains under the rules
 // above. racks maps a node's id to its rack; nil or a missing entry places
 // that node by itself. The result lists each chain's targets, head first.
@@ -98,10 +107,7 @@ func newPlacer(targets []*mgmtdpb.Target, racks map[string]string, replicas, cha
 		ts := slices.Clone(byNode[n])
 		slices.Sort(ts)
 		p.nodeTargets = append(p.nodeTargets, slices.Compact(ts))
-		name := "node " + n
-		if r := racks[n]; r != "" {
-			name = "rack " + r
-		}
+		name := FailureDomain(n, racks[n])
 		d, ok := domainOf[name]
 		if !ok {
 			d = len(p.domainNames)
