@@ -150,23 +150,19 @@ def sluice_torch(workers, agent):
 
 def sluice_go(agent):
     def make(d, table, size, batch, name):
-        return go_epoch(name, batch, agent())
+        def epoch(check, seed):
+            out = subprocess.run([SLUICE, "dataset", "bench", name, "--batch-size", str(batch), "--epochs", "1",
+                                  "--seed", str(seed), "--check", "--agent", agent()], check=True, capture_output=True,
+                                 text=True).stdout
+            r = json.loads(out)
+            if r["byte_sum"] != check.want_sum:
+                raise AssertionError("go: byte sum %d, wrote %d" % (r["byte_sum"], check.want_sum))
+            check.seen[:] = 1  # checked by the Go side (--check fails on a repeat or a miss)
+            check.sum = check.want_sum
+            check.samples = check.n
+            return r["seconds"]
+        return epoch
     return make
-
-
-def go_epoch(name, batch, agent):
-    def epoch(check, seed):
-        out = subprocess.run([SLUICE, "dataset", "bench", name, "--batch-size", str(batch), "--epochs", "1",
-                              "--seed", str(seed), "--check", "--agent", agent], check=True, capture_output=True,
-                             text=True).stdout
-        r = json.loads(out)
-        if r["byte_sum"] != check.want_sum:
-            raise AssertionError("go: byte sum %d, wrote %d" % (r["byte_sum"], check.want_sum))
-        check.seen[:] = 1  # checked by the Go side (--check fails on a repeat or a miss)
-        check.sum = check.want_sum
-        check.samples = check.n
-        return r["seconds"]
-    return epoch
 
 
 def pyarrow_ipc(d, table, size, batch, name):

@@ -93,13 +93,16 @@ func newArena(r region, size, budget int, c *sdk.Client) *arena {
 }
 
 // setHungry says whether the loader's caller waits with nothing read
-// ahead (see arena.budget), and wakes an allocation to look again.
+// ahead (see arena.budget); becoming hungry wakes a waiting allocation to
+// look again.
 func (a *arena) setHungry(h bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if h && !a.hungry {
+		close(a.changed)
+		a.changed = make(chan struct{})
+	}
 	a.hungry = h
-	close(a.changed)
-	a.changed = make(chan struct{})
 }
 
 // fed ends a hungry allowance: the step it was for is on its way.
