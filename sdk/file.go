@@ -132,20 +132,30 @@ func (f *File) WriteAt(p []byte, off int64) (int, error) {
 // WriteAtContext is WriteAt cut short when ctx ends (Config.OpTimeout
 // bounds it when ctx has no deadline).
 func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, error) {
-	if f.session == 0 {
-		return 0, fmt.Errorf("write %s: not open for writing", f.name)
-	}
-	if off < 0 {
-		return 0, fmt.Errorf("write %s: negative offset", f.name)
-	}
-	if off > f.maxSize()-int64(len(p)) {
-		return 0, fmt.Errorf("write %s: [%d:+%d] past the largest file (%d bytes): %w", f.name, off, len(p), f.maxSize(), ErrTooLarge)
+	if err := f.CheckWrite(off, len(p)); err != nil {
+		return 0, err
 	}
 	if n, err := f.put(ctx, p, off); err != nil {
 		return n, err
 	}
 	f.grow(uint64(off) + uint64(len(p)))
 	return len(p), nil
+}
+
+// CheckWrite returns the error WriteAt would return at once for n bytes
+// at off (not open for writing, a negative offset, past the largest
+// length), for callers that take a write now and store it later.
+func (f *File) CheckWrite(off int64, n int) error {
+	if f.session == 0 {
+		return fmt.Errorf("write %s: not open for writing", f.name)
+	}
+	if off < 0 {
+		return fmt.Errorf("write %s: negative offset", f.name)
+	}
+	if off > f.maxSize()-int64(n) {
+		return fmt.Errorf("write %s: [%d:+%d] past the largest file (%d bytes): %w", f.name, off, n, f.maxSize(), ErrTooLarge)
+	}
+	return nil
 }
 
 // put stores p at off in the file's chunks (the length is the caller's).

@@ -10,6 +10,8 @@
 // in the SDK and the metadata service. What it keeps itself is what only a
 // mount has: the open-file table (one SDK file per inode, shared by the
 // kernel's handles on it), sequential readahead into registered memory,
+// write-behind (writeback.go: writes return once the mount holds the
+// bytes; close, fsync and reads wait for them),
 // directory listings between opendir and releasedir, the files known for a
 // moment to have no security.capability (which the kernel reads before
 // every write), and the mapping of errors to errno values.
@@ -19,7 +21,9 @@
 // exactly as for a local file system.
 //
 // It must never hold file data past a request except in readahead windows,
-// which a write to the file discards, and must never decide POSIX semantics
+// which a write to the file discards, and write-behind buffers, bounded by
+// the mount's budget and drained by every request that must see the bytes;
+// and it must never decide POSIX semantics
 // on its own. The node-local agent serving shmring clients (the USRBIO path)
 // runs beside the mount in the same process (see cmd/sluice mount) but is
 // not part of this package.

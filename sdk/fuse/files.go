@@ -28,6 +28,8 @@ type openFile struct {
 	dirty  atomic.Bool // written since the length was last published
 
 	ra *readahead
+	wb *writeBehind                                 // nil unless f is open for writing and the mount writes behind
+	op func() (context.Context, context.CancelFunc) // a request's context
 }
 
 // handle is one of the kernel's file handles.
@@ -53,9 +55,14 @@ func (fs *FS) opened(ino uint64) *openFile {
 	return of
 }
 
+// size is the length the mount's writers have reached, bytes written
+// behind included.
 func (of *openFile) size() int64 {
 	of.mu.RLock()
 	defer of.mu.RUnlock()
+	if of.wb != nil {
+		return max(of.f.Size(), of.wb.size())
+	}
 	return of.f.Size()
 }
 
@@ -78,7 +85,7 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, write bool) (uint64, *ope
 	}
 	of.refs++
 	fs.mu.Unlock()
-	if err := of.ensure(ctx, fs.c, write, fs.cfg.Readahead, &fs.stats); err != nil {
+	if err := of.ensure(ctx, fs, write); err != nil {
 		fs.drop(of)
 		return 0, nil, err
 	}
@@ -91,13 +98,13 @@ func (fs *FS) acquire(ctx context.Context, ino uint64, write bool) (uint64, *ope
 
 // ensure opens the SDK file, or reopens it for writing when a writer comes
 // to a file open only for reading.
-func (of *openFile) ensure(ctx context.Context, c *sdk.Client, write bool, window int, stats *Stats) error {
+func (of *openFile) ensure(ctx context.Context, fs *FS, write bool) error {
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if of.f != nil && (!write || of.writer) {
 		return nil
 	}
-	f, err := c.OpenAt(ctx, of.ino, "", write)
+	f, err := fs.c.OpenAt(ctx, of.ino, "", write)
 	if err != nil {
 		return err
 	}
@@ -105,8 +112,11 @@ func (of *openFile) ensure(ctx context.Context, c *sdk.Client, write bool, windo
 		of.ra.close()
 		old.Close()
 	}
-	of.f, of.writer = f, write
-	of.ra = newReadahead(c, f, window, stats)
+	of.f, of.writer, of.op = f, write, fs.op
+	of.ra = newReadahead(fs.c, f, fs.cfg.Readahead, &fs.stats)
+	if write && fs.behind != nil {
+		of.wb = newWriteBehind(fs.behind, f.Inode().ChunkSize())
+	}
 	return nil
 }
 
@@ -129,7 +139,7 @@ func (fs *FS) drop(of *openFile) error {
 		return nil
 	}
 	of.ra.close()
-	return of.f.Close()
+	return errors.Join(of.settle(), of.f.Close())
 }
 
 func (fs *FS) handle(fh uint64) *handle {
@@ -271,9 +281,23 @@ func (fs *FS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
 // the file's lock owner.
 const releaseFlockUnlock = 1 << 1
 
+// settle waits for the bytes written behind (of.mu held, either way).
+func (of *openFile) settle() error {
+	if of.wb == nil || of.wb.idle() {
+		return nil
+	}
+	if err := of.wb.barrier(of.f, of.op); err != nil {
+		return fmt.Errorf("inode %d: %w", of.ino, err)
+	}
+	return nil
+}
+
 func (of *openFile) read(ctx context.Context, p []byte, off int64) (int, error) {
 	of.mu.RLock()
 	defer of.mu.RUnlock()
+	if err := of.settle(); err != nil {
+		return 0, err
+	}
 	n, err := of.ra.read(ctx, p, off)
 	if errors.Is(err, io.EOF) {
 		err = nil
@@ -286,6 +310,9 @@ func (of *openFile) write(p []byte, off int64) (int, error) {
 	defer of.mu.RUnlock()
 	of.ra.invalidate()
 	of.dirty.Store(true)
+	if of.wb != nil {
+		return of.wb.write(of.f, of.op, p, off)
+	}
 	return of.f.WriteAt(p, off)
 }
 
@@ -293,6 +320,12 @@ func (of *openFile) truncate(ctx context.Context, size int64) error {
 	of.mu.RLock()
 	defer of.mu.RUnlock()
 	of.ra.invalidate()
+	if err := of.settle(); err != nil {
+		return err
+	}
+	if of.wb != nil {
+		of.wb.truncated(size)
+	}
 	return of.f.Truncate(ctx, size)
 }
 
@@ -300,6 +333,9 @@ func (of *openFile) allocate(ctx context.Context, off, n int64, mode uint32) err
 	of.mu.RLock()
 	defer of.mu.RUnlock()
 	of.ra.invalidate()
+	if err := of.settle(); err != nil {
+		return err
+	}
 	if mode == punchHole|keepSize {
 		return of.f.PunchHole(ctx, off, n)
 	}
@@ -338,6 +374,10 @@ func (of *openFile) sync(ctx context.Context) error {
 	}
 	of.mu.RLock()
 	defer of.mu.RUnlock()
+	if err := of.settle(); err != nil {
+		of.dirty.Store(true)
+		return err
+	}
 	if err := of.f.Sync(ctx); err != nil {
 		of.dirty.Store(true)
 		return fmt.Errorf("publish the length of inode %d: %w", of.ino, err)
@@ -357,7 +397,7 @@ func (fs *FS) OnUnmount() {
 		of.mu.Lock()
 		if of.f != nil {
 			of.ra.close()
-			if err := of.f.Close(); err != nil {
+			if err := errors.Join(of.settle(), of.f.Close()); err != nil {
 				fs.log.Warn("fuse: closing a file left open at unmount", "ino", ino, "err", err)
 			}
 		}

@@ -30,6 +30,11 @@ type Config struct {
 	// settable as root only): it decides how many of a sequential reader's
 	// requests are in flight at once.
 	KernelReadahead int
+	// WriteBehind is how many bytes written to the mount may still be
+	// on their way to storage (64 MiB): write(2) returns once the mount
+	// holds the bytes, and close, fsync and reads wait for them
+	// (writeback.go). Negative: every write waits for its chain.
+	WriteBehind int64
 	// AllowOther lets users other than the mounting one in (permission
 	// checks still apply).
 	AllowOther bool
@@ -52,6 +57,9 @@ func (c *Config) defaults() {
 	if c.KernelReadahead <= 0 {
 		c.KernelReadahead = 8 << 20
 	}
+	if c.WriteBehind == 0 {
+		c.WriteBehind = 64 << 20
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -66,7 +74,8 @@ type FS struct {
 	cfg Config
 	log *slog.Logger
 
-	stats Stats
+	stats  Stats
+	behind *budget // write-behind's bytes, nil when writes go through
 
 	mu     sync.Mutex
 	open   map[uint64]*openFile // by inode
@@ -82,8 +91,12 @@ var _ gofuse.RawFileSystem = (*FS)(nil)
 // NewFS serves client c's cluster.
 func NewFS(c *sdk.Client, cfg Config) *FS {
 	cfg.defaults()
-	return &FS{RawFileSystem: gofuse.NewDefaultRawFileSystem(), c: c, cfg: cfg, log: cfg.Logger,
+	fs := &FS{RawFileSystem: gofuse.NewDefaultRawFileSystem(), c: c, cfg: cfg, log: cfg.Logger,
 		open: map[uint64]*openFile{}, fhs: map[uint64]*handle{}, dirs: map[uint64]*dirHandle{}}
+	if cfg.WriteBehind > 0 {
+		fs.behind = newBudget(cfg.WriteBehind)
+	}
+	return fs
 }
 
 func (fs *FS) String() string { return "sluice" }

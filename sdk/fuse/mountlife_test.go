@@ -132,31 +132,7 @@ func TestStaleMount(t *testing.T) {
 // TestNoSpace: a full disk under the storage targets is ENOSPC to the
 // writer, not EIO, and what was written before stays readable.
 func TestNoSpace(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse on this machine")
-	}
-	dir := t.TempDir()
-	for i := 1; i <= 3; i++ {
-		chunks := filepath.Join(dir, fmt.Sprint("target-", i), "chunks")
-		must(t, os.MkdirAll(chunks, 0o755))
-		if err := syscall.Mount("tmpfs", chunks, "tmpfs", 0, "size=4m"); err != nil {
-			t.Skipf("cannot mount tmpfs (%v): run as root to test a full disk", err)
-		}
-		t.Cleanup(func() { syscall.Unmount(chunks, syscall.MNT_DETACH) })
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Dir: dir, Targets: 3, ChunkSize: 256 << 10})
-	must(t, err)
-	t.Cleanup(func() { c.Close() })
-	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token})
-	must(t, err)
-	t.Cleanup(func() { cl.Close() })
-	mnt := t.TempDir()
-	m, err := New(cl, mnt, Config{})
-	must(t, err)
-	t.Cleanup(func() { m.Unmount() })
-
+	mnt := mountOnSmallDisks(t, "4m")
 	small := fabrictest.RandBytes(13, 100<<10)
 	must(t, os.WriteFile(filepath.Join(mnt, "small"), small, 0o644))
 	f, err := os.Create(filepath.Join(mnt, "big"))
@@ -173,6 +149,37 @@ func TestNoSpace(t *testing.T) {
 	if got, err := os.ReadFile(filepath.Join(mnt, "small")); err != nil || !bytes.Equal(got, small) {
 		t.Fatalf("a file written before the disk filled: %d bytes, %v", len(got), err)
 	}
+}
+
+// mountOnSmallDisks mounts a new three-target cluster (chunks of 256 KiB)
+// whose targets keep their chunks on tmpfs disks of size each.
+func mountOnSmallDisks(t *testing.T, size string) string {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("no /dev/fuse on this machine")
+	}
+	dir := t.TempDir()
+	for i := 1; i <= 3; i++ {
+		chunks := filepath.Join(dir, fmt.Sprint("target-", i), "chunks")
+		must(t, os.MkdirAll(chunks, 0o755))
+		if err := syscall.Mount("tmpfs", chunks, "tmpfs", 0, "size="+size); err != nil {
+			t.Skipf("cannot mount tmpfs (%v): run as root to test a full disk", err)
+		}
+		t.Cleanup(func() { syscall.Unmount(chunks, syscall.MNT_DETACH) })
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c, err := cluster.Start(ctx, cluster.Config{Dir: dir, Targets: 3, ChunkSize: 256 << 10})
+	must(t, err)
+	t.Cleanup(func() { c.Close() })
+	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token})
+	must(t, err)
+	t.Cleanup(func() { cl.Close() })
+	mnt := t.TempDir()
+	m, err := New(cl, mnt, Config{})
+	must(t, err)
+	t.Cleanup(func() { m.Unmount() })
+	return mnt
 }
 
 // TestUnavailableIsEIO: a chain with no serving replica is EIO, with a log
