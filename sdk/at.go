@@ -186,14 +186,28 @@ func (c *Client) LinkAt(ctx context.Context, at uint64, p string, newAt uint64, 
 
 // OpenAt opens the file (at, p), for writing too when write is set.
 func (c *Client) OpenAt(ctx context.Context, at uint64, p string, write bool) (*File, error) {
-	if err := checkPath("open", at, p); err != nil {
+	return c.open(ctx, "open", &metapb.OpenRequest{At: at, Path: p, Write: write})
+}
+
+// CreateOpenAt makes file (at, p), which must not exist (else ErrExist),
+// and opens it for writing, in one write to the metadata log where
+// CreateAt and OpenAt take two: open(2) with O_CREAT|O_EXCL.
+func (c *Client) CreateOpenAt(ctx context.Context, at uint64, p string, o Owner) (*File, error) {
+	return c.open(ctx, "create", &metapb.OpenRequest{At: at, Path: p, Write: true, Create: true, Mode: o.Mode, Uid: o.UID, Gid: o.GID})
+}
+
+// open sends req, as op, with the client's id and next number.
+func (c *Client) open(ctx context.Context, op string, req *metapb.OpenRequest) (*File, error) {
+	at, p, write := req.At, req.Path, req.Write
+	if err := checkPath(op, at, p); err != nil {
 		return nil, err
 	}
 	cctx, done := c.call(ctx)
 	defer done()
-	r, err := c.meta.Open(cctx, &metapb.OpenRequest{At: at, Path: p, Write: write, Client: c.id, Seq: c.next()})
+	req.Client, req.Seq = c.id, c.next()
+	r, err := c.meta.Open(cctx, req)
 	if err != nil {
-		return nil, fsErr("open", where(at, p), err)
+		return nil, fsErr(op, where(at, p), err)
 	}
 	name := where(at, p)
 	if at == 0 {

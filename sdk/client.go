@@ -277,16 +277,7 @@ func (c *Client) Symlink(ctx context.Context, target, p string) error {
 
 // Create makes an empty file and opens it for writing.
 func (c *Client) Create(ctx context.Context, p string) (*File, error) {
-	if err := checkPath("create", 0, p); err != nil {
-		return nil, err
-	}
-	cctx, done := c.call(ctx)
-	_, err := c.meta.Create(cctx, &metapb.MakeRequest{Path: p, Mode: 0o644, Client: c.id, Seq: c.next()})
-	done()
-	if err != nil {
-		return nil, fsErr("create", p, err)
-	}
-	return c.OpenFile(ctx, p, true)
+	return c.CreateOpenAt(ctx, 0, p, Owner{Mode: 0o644})
 }
 
 // WriteFile creates p, which must not exist, holding data.

@@ -1146,7 +1146,10 @@ type CreateOp struct {
 	Gid    uint32                 `protobuf:"varint,5,opt,name=gid,proto3" json:"gid,omitempty"`
 	// tmpfile makes a file with no name in directory parent (O_TMPFILE):
 	// no links, queued for the collector until Link gives it a name.
-	Tmpfile       bool `protobuf:"varint,6,opt,name=tmpfile,proto3" json:"tmpfile,omitempty"`
+	Tmpfile bool `protobuf:"varint,6,opt,name=tmpfile,proto3" json:"tmpfile,omitempty"`
+	// session, when not 0, opens a write session (the command's client's)
+	// on the new file in the same step.
+	Session       uint64 `protobuf:"varint,7,opt,name=session,proto3" json:"session,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1221,6 +1224,13 @@ func (x *CreateOp) GetTmpfile() bool {
 		return x.Tmpfile
 	}
 	return false
+}
+
+func (x *CreateOp) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
 }
 
 type SymlinkOp struct {
@@ -1741,14 +1751,15 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\x05 \x01(\rR\x03gid\"\x88\x01\n" +
+	"\x03gid\x18\x05 \x01(\rR\x03gid\"\xa2\x01\n" +
 	"\bCreateOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
 	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\x04 \x01(\rR\x03uid\x12\x10\n" +
 	"\x03gid\x18\x05 \x01(\rR\x03gid\x12\x18\n" +
-	"\atmpfile\x18\x06 \x01(\bR\atmpfile\"s\n" +
+	"\atmpfile\x18\x06 \x01(\bR\atmpfile\x12\x18\n" +
+	"\asession\x18\a \x01(\x04R\asession\"s\n" +
 	"\tSymlinkOp\x12\x16\n" +
 	"\x06parent\x18\x01 \x01(\x04R\x06parent\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x16\n" +

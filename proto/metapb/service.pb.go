@@ -811,12 +811,19 @@ func (x *StatusReply) GetInodes() uint64 {
 }
 
 type OpenRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Write         bool                   `protobuf:"varint,2,opt,name=write,proto3" json:"write,omitempty"`
-	Client        uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
-	Seq           uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
-	At            uint64                 `protobuf:"varint,5,opt,name=at,proto3" json:"at,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Path   string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Write  bool                   `protobuf:"varint,2,opt,name=write,proto3" json:"write,omitempty"`
+	Client uint64                 `protobuf:"varint,3,opt,name=client,proto3" json:"client,omitempty"`
+	Seq    uint64                 `protobuf:"varint,4,opt,name=seq,proto3" json:"seq,omitempty"`
+	At     uint64                 `protobuf:"varint,5,opt,name=at,proto3" json:"at,omitempty"`
+	// create makes the file (with mode, uid and gid; it must not exist) and
+	// opens it for writing in one step of the metadata group, as open(2)
+	// with O_CREAT|O_EXCL does.
+	Create        bool   `protobuf:"varint,6,opt,name=create,proto3" json:"create,omitempty"`
+	Mode          uint32 `protobuf:"varint,7,opt,name=mode,proto3" json:"mode,omitempty"`
+	Uid           uint32 `protobuf:"varint,8,opt,name=uid,proto3" json:"uid,omitempty"`
+	Gid           uint32 `protobuf:"varint,9,opt,name=gid,proto3" json:"gid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -882,6 +889,34 @@ func (x *OpenRequest) GetSeq() uint64 {
 func (x *OpenRequest) GetAt() uint64 {
 	if x != nil {
 		return x.At
+	}
+	return 0
+}
+
+func (x *OpenRequest) GetCreate() bool {
+	if x != nil {
+		return x.Create
+	}
+	return false
+}
+
+func (x *OpenRequest) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *OpenRequest) GetUid() uint32 {
+	if x != nil {
+		return x.Uid
+	}
+	return 0
+}
+
+func (x *OpenRequest) GetGid() uint32 {
+	if x != nil {
+		return x.Gid
 	}
 	return 0
 }
@@ -1932,13 +1967,17 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x05state\x18\x02 \x01(\tR\x05state\x12#\n" +
 	"\rapplied_index\x18\x03 \x01(\x04R\fappliedIndex\x12\x18\n" +
 	"\amembers\x18\x04 \x03(\tR\amembers\x12\x16\n" +
-	"\x06inodes\x18\x05 \x01(\x04R\x06inodes\"q\n" +
+	"\x06inodes\x18\x05 \x01(\x04R\x06inodes\"\xc1\x01\n" +
 	"\vOpenRequest\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x14\n" +
 	"\x05write\x18\x02 \x01(\bR\x05write\x12\x16\n" +
 	"\x06client\x18\x03 \x01(\x04R\x06client\x12\x10\n" +
 	"\x03seq\x18\x04 \x01(\x04R\x03seq\x12\x0e\n" +
-	"\x02at\x18\x05 \x01(\x04R\x02at\"j\n" +
+	"\x02at\x18\x05 \x01(\x04R\x02at\x12\x16\n" +
+	"\x06create\x18\x06 \x01(\bR\x06create\x12\x12\n" +
+	"\x04mode\x18\a \x01(\rR\x04mode\x12\x10\n" +
+	"\x03uid\x18\b \x01(\rR\x03uid\x12\x10\n" +
+	"\x03gid\x18\t \x01(\rR\x03gid\"j\n" +
 	"\tOpenReply\x12+\n" +
 	"\x05inode\x18\x01 \x01(\v2\x15.sluice.meta.v1.InodeR\x05inode\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x16\n" +

@@ -112,12 +112,30 @@ func (of *openFile) ensure(ctx context.Context, fs *FS, write bool) error {
 		of.ra.close()
 		old.Close()
 	}
+	of.set(fs, f, write)
+	return nil
+}
+
+// set makes f, open for writing if write, the open file's SDK file.
+func (of *openFile) set(fs *FS, f *sdk.File, write bool) {
 	of.f, of.writer, of.op = f, write, fs.op
 	of.ra = newReadahead(fs.c, f, fs.cfg.Readahead, &fs.stats)
 	if write && fs.behind != nil {
 		of.wb = newWriteBehind(fs.behind, f.Inode().ChunkSize())
 	}
-	return nil
+}
+
+// adopt makes f, a file just made and opened for writing, open in this
+// mount, and returns a new handle on it.
+func (fs *FS) adopt(f *sdk.File) uint64 {
+	of := &openFile{ino: f.Inode().Ino(), refs: 1}
+	of.set(fs, f, true)
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.open[of.ino] = of
+	fs.nextFh++
+	fs.fhs[fs.nextFh] = &handle{of: of, write: true}
+	return fs.nextFh
 }
 
 // drop releases one reference to of; the last one closes the SDK file,
@@ -168,10 +186,25 @@ func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOu
 	return gofuse.OK
 }
 
+// Create makes and opens a file. Opened for writing, a new file costs one
+// write to the metadata log (sdk.Client.CreateOpenAt); one that exists
+// (without O_EXCL) is opened as Open does.
 func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, out *gofuse.CreateOut) gofuse.Status {
 	ctx, done := fs.op()
 	defer done()
-	ino, err := fs.c.CreateAt(ctx, in.NodeId, name, owner(&in.InHeader, in.Mode))
+	o := owner(&in.InHeader, in.Mode)
+	var ino *sdk.FileInfo
+	var err error
+	if in.Flags&accMode != syscall.O_RDONLY {
+		var f *sdk.File
+		if f, err = fs.c.CreateOpenAt(ctx, in.NodeId, name, o); err == nil {
+			out.Fh = fs.adopt(f)
+			fs.fillEntry(f.Inode(), &out.EntryOut)
+			return gofuse.OK
+		}
+	} else {
+		ino, err = fs.c.CreateAt(ctx, in.NodeId, name, o)
+	}
 	if errors.Is(err, sdk.ErrExist) && in.Flags&syscall.O_EXCL == 0 {
 		ino, err = fs.c.StatAt(ctx, in.NodeId, name) // made by someone else meanwhile: open it
 	}

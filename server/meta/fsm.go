@@ -115,10 +115,11 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 		in, err = f.ns.Mkdir(op.Mkdir.Parent, op.Mkdir.Name, Attrs{Mode: op.Mkdir.Mode, UID: op.Mkdir.Uid, GID: op.Mkdir.Gid, Now: now})
 	case *metapb.Command_Create:
 		a := Attrs{Mode: op.Create.Mode, UID: op.Create.Uid, GID: op.Create.Gid, Now: now}
+		w := Writer{Client: cmd.Client, Session: op.Create.Session}
 		if op.Create.Tmpfile {
-			in, err = f.ns.CreateTemp(op.Create.Parent, a)
+			in, err = f.ns.CreateTemp(op.Create.Parent, a, w)
 		} else {
-			in, err = f.ns.Create(op.Create.Parent, op.Create.Name, a)
+			in, err = f.ns.CreateOpen(op.Create.Parent, op.Create.Name, a, w)
 		}
 	case *metapb.Command_Mknod:
 		m := op.Mknod

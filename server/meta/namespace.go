@@ -185,8 +185,14 @@ type Attrs struct {
 	Now      int64 // nanoseconds; chosen by the caller so replicas agree
 }
 
-// make adds a new inode of type t called name in parent.
-func (ns *Namespace) make(parent uint64, name string, t metapb.InodeType, a Attrs, fill func(in, dir *metapb.Inode)) (*metapb.Inode, error) {
+// Writer names the write session a file's creation opens in the same
+// step, as open(2) with O_CREAT does: the client's, numbered Session (none
+// when 0).
+type Writer struct{ Client, Session uint64 }
+
+// make adds a new inode of type t called name in parent, and opens w on
+// it.
+func (ns *Namespace) make(parent uint64, name string, t metapb.InodeType, a Attrs, w Writer, fill func(in, dir *metapb.Inode)) (*metapb.Inode, error) {
 	if err := fsmeta.CheckName(name); err != nil {
 		return nil, err
 	}
@@ -216,6 +222,9 @@ func (ns *Namespace) make(parent uint64, name string, t metapb.InodeType, a Attr
 		if err := putInode(b, dir); err != nil {
 			return err
 		}
+		if err := putSession(b, ino, w, a.Now); err != nil {
+			return err
+		}
 		out = in
 		return putDirent(b, parent, name, ino, t)
 	})
@@ -224,7 +233,7 @@ func (ns *Namespace) make(parent uint64, name string, t metapb.InodeType, a Attr
 
 // Mkdir makes a directory; it inherits its parent's layout.
 func (ns *Namespace) Mkdir(parent uint64, name string, a Attrs) (*metapb.Inode, error) {
-	return ns.make(parent, name, metapb.InodeType_DIRECTORY, a, func(in, dir *metapb.Inode) {
+	return ns.make(parent, name, metapb.InodeType_DIRECTORY, a, Writer{}, func(in, dir *metapb.Inode) {
 		in.Nlink, in.Layout, in.Parent = 2, dir.Layout, dir.Ino
 		dir.Nlink++
 	})
@@ -233,7 +242,13 @@ func (ns *Namespace) Mkdir(parent uint64, name string, a Attrs) (*metapb.Inode, 
 // Create makes an empty file with its directory's layout, nothing
 // written yet.
 func (ns *Namespace) Create(parent uint64, name string, a Attrs) (*metapb.Inode, error) {
-	return ns.make(parent, name, metapb.InodeType_FILE, a, func(in, dir *metapb.Inode) {
+	return ns.CreateOpen(parent, name, a, Writer{})
+}
+
+// CreateOpen is Create, opening write session w on the new file in the
+// same step.
+func (ns *Namespace) CreateOpen(parent uint64, name string, a Attrs, w Writer) (*metapb.Inode, error) {
+	return ns.make(parent, name, metapb.InodeType_FILE, a, w, func(in, dir *metapb.Inode) {
 		in.Layout, in.Written = dir.Layout, new(uint64(0))
 	})
 }
@@ -242,7 +257,8 @@ func (ns *Namespace) Create(parent uint64, name string, a Attrs) (*metapb.Inode,
 // O_TMPFILE does: it has no link, so it waits in the collector's queue from
 // the start (the collector leaves it while it is open), and Link, giving it
 // a name, takes it out again.
-func (ns *Namespace) CreateTemp(dir uint64, a Attrs) (*metapb.Inode, error) {
+// It opens write session w on the file in the same step.
+func (ns *Namespace) CreateTemp(dir uint64, a Attrs, w Writer) (*metapb.Inode, error) {
 	var out *metapb.Inode
 	err := ns.write(func(b *pebble.Batch) error {
 		d, err := dirOf(batchReader{b}, dir)
@@ -256,6 +272,9 @@ func (ns *Namespace) CreateTemp(dir uint64, a Attrs) (*metapb.Inode, error) {
 		out = &metapb.Inode{Ino: ino, Type: metapb.InodeType_FILE, Mode: a.Mode, Uid: a.UID, Gid: a.GID,
 			AtimeNs: a.Now, MtimeNs: a.Now, CtimeNs: a.Now, Layout: d.Layout, Written: new(uint64(0))}
 		if err := putInode(b, out); err != nil {
+			return err
+		}
+		if err := putSession(b, ino, w, a.Now); err != nil {
 			return err
 		}
 		return queue(b, out)
@@ -284,7 +303,7 @@ func (ns *Namespace) Mknod(parent uint64, name string, t metapb.InodeType, rdev 
 	default:
 		return nil, fmt.Errorf("%w: mknod of type %v", fsmeta.ErrInvalidName, t)
 	}
-	return ns.make(parent, name, t, a, func(in, dir *metapb.Inode) { in.Rdev = rdev })
+	return ns.make(parent, name, t, a, Writer{}, func(in, dir *metapb.Inode) { in.Rdev = rdev })
 }
 
 // Symlink makes a symbolic link to target.
@@ -292,7 +311,7 @@ func (ns *Namespace) Symlink(parent uint64, name, target string, a Attrs) (*meta
 	if target == "" || len(target) > maxPath {
 		return nil, fmt.Errorf("%w: symlink target of %d bytes", fsmeta.ErrInvalidName, len(target))
 	}
-	return ns.make(parent, name, metapb.InodeType_SYMLINK, a, func(in, dir *metapb.Inode) {
+	return ns.make(parent, name, metapb.InodeType_SYMLINK, a, Writer{}, func(in, dir *metapb.Inode) {
 		in.Target, in.Size = target, uint64(len(target))
 	})
 }

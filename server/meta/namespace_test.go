@@ -333,8 +333,8 @@ func TestRootTimesAtFormat(t *testing.T) {
 func TestCreateTemp(t *testing.T) {
 	ns := newNS(t)
 	d := must(ns.Mkdir(RootIno, "d", at))(t)
-	linked := must(ns.CreateTemp(d.Ino, at))(t)
-	lost := must(ns.CreateTemp(d.Ino, at))(t)
+	linked := must(ns.CreateTemp(d.Ino, at, Writer{}))(t)
+	lost := must(ns.CreateTemp(d.Ino, at, Writer{}))(t)
 	if linked.Nlink != 0 || linked.Type != metapb.InodeType_FILE || ChunksOf(linked) != 0 {
 		t.Fatalf("a file with no name: %v", linked)
 	}

@@ -315,6 +315,9 @@ func (s *Service) Lock(ctx context.Context, req *metapb.LockRequest) (*metapb.Lo
 // chunks) and, for writing, opens a write session named by the request's
 // sequence number.
 func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.OpenReply, error) {
+	if req.Create {
+		return s.createOpen(ctx, req)
+	}
 	reply := &metapb.OpenReply{}
 	var err error
 	if reply.Inode, err = s.resolve(ctx, req.At, req.Path); err != nil {
@@ -327,14 +330,8 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 	default: // special files: the kernel opens them, not Sluice
 		return nil, toStatus(fmt.Errorf("open %s (%v): %w", req.Path, reply.Inode.Type, fsmeta.ErrNotSupported))
 	}
-	m, err := s.r.ClusterMap()
-	if err != nil {
+	if reply.Chains, err = s.chains(reply.Inode); err != nil {
 		return nil, toStatus(err)
-	}
-	for _, t := range m.Tables {
-		if t.Id == reply.Inode.Layout.GetChainTable() {
-			reply.Chains = t.Chains
-		}
 	}
 	if req.Write {
 		reply.Session = req.Seq
@@ -350,6 +347,42 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 		}
 	}
 	return reply, nil
+}
+
+// createOpen makes a file and opens it for writing in one command: one
+// write to the log where create and open would take two.
+func (s *Service) createOpen(ctx context.Context, req *metapb.OpenRequest) (*metapb.OpenReply, error) {
+	if !req.Write {
+		return nil, toStatus(fmt.Errorf("%w: create without write", fabric.ErrBadRequest))
+	}
+	parent, name, err := s.resolveParent(ctx, req.At, req.Path)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	in, err := s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
+		Op: &metapb.Command_Create{Create: &metapb.CreateOp{Parent: parent, Name: name, Mode: req.Mode, Uid: req.Uid, Gid: req.Gid, Session: req.Seq}}})
+	if err != nil {
+		return nil, err
+	}
+	reply := &metapb.OpenReply{Inode: in, Session: req.Seq}
+	if reply.Chains, err = s.chains(in); err != nil {
+		return nil, toStatus(err)
+	}
+	return reply, nil
+}
+
+// chains is file in's chain table, in order.
+func (s *Service) chains(in *metapb.Inode) ([]uint32, error) {
+	m, err := s.r.ClusterMap()
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range m.Tables {
+		if t.Id == in.Layout.GetChainTable() {
+			return t.Chains, nil
+		}
+	}
+	return nil, nil
 }
 
 // Close ends a write session, setting the file's length if given.

@@ -32,11 +32,16 @@ const token = "test-cluster-token"
 // apiServer starts a one-replica group, its gRPC server with token auth,
 // and the REST gateway in front of it.
 func apiServer(t *testing.T) (metapb.MetaClient, *httptest.Server) {
-	c, hs, _ := apiServerWithMetrics(t)
+	c, hs, _, _ := apiServerWithReplica(t)
 	return c, hs
 }
 
 func apiServerWithMetrics(t *testing.T) (metapb.MetaClient, *httptest.Server, *Metrics) {
+	c, hs, m, _ := apiServerWithReplica(t)
+	return c, hs, m
+}
+
+func apiServerWithReplica(t *testing.T) (metapb.MetaClient, *httptest.Server, *Metrics, *Replica) {
 	r, err := StartReplica(ReplicaConfig{ID: "solo", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: rootLayout, Fast: true})
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +77,7 @@ func apiServerWithMetrics(t *testing.T) (metapb.MetaClient, *httptest.Server, *M
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	return metapb.NewMetaClient(conn), hs, metrics
+	return metapb.NewMetaClient(conn), hs, metrics, r
 }
 
 func authed(t *testing.T) context.Context {
@@ -334,6 +339,58 @@ func TestCloseKeepOpen(t *testing.T) {
 	}
 	if in, err := c.Stat(ctx, &metapb.PathRequest{Path: "/f"}); err != nil || in.Size != 200 {
 		t.Fatalf("length after close: %v %v", in, err)
+	}
+}
+
+// TestCreateOpen: Open with create makes the file and its write session
+// in one command, which a retry answers the same, and refuses a name that
+// exists; the session is a real one (close sets the length and ends it).
+func TestCreateOpen(t *testing.T) {
+	c, _, _, r := apiServerWithReplica(t)
+	ctx := authed(t)
+	applied := func() uint64 {
+		st, err := c.Status(ctx, &metapb.StatusRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.AppliedIndex
+	}
+	if _, err := c.Mkdir(ctx, &metapb.MakeRequest{Path: "/d", Mode: 0o755}); err != nil { // the log settled
+		t.Fatal(err)
+	}
+	req := &metapb.OpenRequest{Path: "/f", Write: true, Create: true, Mode: 0o640, Uid: 7, Gid: 8, Client: 5, Seq: 1}
+	before := applied()
+	o, err := c.Open(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := applied() - before; got != 1 {
+		t.Errorf("create and open took %d commands, want 1", got)
+	}
+	if o.Session != 1 || o.Inode.Mode != 0o640 || o.Inode.Uid != 7 || o.Inode.Gid != 8 || o.Inode.Type != metapb.InodeType_FILE {
+		t.Fatalf("reply %v", o)
+	}
+	if open, err := r.Namespace().HasSessions(o.Inode.Ino); err != nil || !open {
+		t.Fatalf("the new file's write session: %v, %v", open, err)
+	}
+	if again, err := c.Open(ctx, req); err != nil || again.Inode.Ino != o.Inode.Ino || again.Session != 1 {
+		t.Fatalf("a retry: %v, %v; want the first answer", again, err)
+	}
+	if _, err := c.Open(ctx, &metapb.OpenRequest{Path: "/f", Write: true, Create: true, Client: 5, Seq: 2}); !errors.Is(fsmeta.ErrorOf(err), fsmeta.ErrExist) {
+		t.Fatalf("creating a name that exists: %v", err)
+	}
+	if _, err := c.Open(ctx, &metapb.OpenRequest{Path: "/g", Create: true, Client: 5, Seq: 3}); err == nil {
+		t.Fatal("create without write was taken")
+	}
+	size := uint64(42)
+	if _, err := c.Close(ctx, &metapb.CloseRequest{Ino: o.Inode.Ino, Session: o.Session, Size: &size, Client: 5, Seq: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if in, err := c.Stat(ctx, &metapb.PathRequest{Path: "/f"}); err != nil || in.Size != 42 {
+		t.Fatalf("after close: %v, %v", in, err)
+	}
+	if open, err := r.Namespace().HasSessions(o.Inode.Ino); err != nil || open {
+		t.Fatalf("session after close: %v, %v", open, err)
 	}
 }
 

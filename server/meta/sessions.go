@@ -35,9 +35,18 @@ func (ns *Namespace) OpenSession(ino, client, session uint64, now int64) error {
 		if in.Type != metapb.InodeType_FILE {
 			return fmt.Errorf("write session on inode %d: %w", ino, fsmeta.ErrIsDir)
 		}
-		v := binary.BigEndian.AppendUint64(nil, client)
-		return b.Set(sessionRecordKey(ino, client, session), binary.BigEndian.AppendUint64(v, uint64(now)), nil)
+		return putSession(b, ino, Writer{Client: client, Session: session}, now)
 	})
+}
+
+// putSession records write session w on file ino, opened at now; nothing
+// when w names none.
+func putSession(b *pebble.Batch, ino uint64, w Writer, now int64) error {
+	if w.Session == 0 {
+		return nil
+	}
+	v := binary.BigEndian.AppendUint64(nil, w.Client)
+	return b.Set(sessionRecordKey(ino, w.Client, w.Session), binary.BigEndian.AppendUint64(v, uint64(now)), nil)
 }
 
 // CloseSession ends a write session, or with keep (fsync) only sets the
