@@ -107,6 +107,35 @@ type epochResult struct {
 	Seconds float64 `json:"seconds"`
 	ByteSum uint64  `json:"byte_sum"`
 	CPU     float64 `json:"-"` // seconds of CPU the client process used, setup included
+	// Busy is the machine's CPU seconds (every process's, the kernel's
+	// forwarding included) while the client ran, from /proc/stat.
+	Busy float64 `json:"-"`
+}
+
+// cpuBusy is the machine's busy CPU time so far (/proc/stat's first line:
+// everything but idle and iowait), in seconds.
+func cpuBusy() (float64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat begins %q", line)
+	}
+	var busy float64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		busy += n
+	}
+	return busy / 100, nil // USER_HZ, 100 on Linux
 }
 
 // bench runs epochs of the loader's shuffled epoch of s from the client
@@ -116,8 +145,16 @@ func (c *sluiceCluster) bench(ctx context.Context, s sampleSet, epochs int, chec
 	if check {
 		args = append(args, "--check")
 	}
-	p, err := c.run(ctx, args...)
 	var r epochResult
+	busy0, err := cpuBusy()
+	if err != nil {
+		return r, err
+	}
+	p, err := c.run(ctx, args...)
+	if err != nil {
+		return r, err
+	}
+	busy1, err := cpuBusy()
 	if err != nil {
 		return r, err
 	}
@@ -128,6 +165,7 @@ func (c *sluiceCluster) bench(ctx context.Context, s sampleSet, epochs int, chec
 	}
 	st := p.Cmd.ProcessState
 	r.CPU = (st.UserTime() + st.SystemTime()).Seconds()
+	r.Busy = busy1 - busy0
 	return r, nil
 }
 
@@ -279,9 +317,9 @@ func runScaleOut(ctx context.Context, tb testing.TB, p scaleParams) scaleResult 
 		}
 		spreadBytes := spread(deltas(c.storageCounter(ctx, "sluice_storage_read_bytes_total"), before))
 		res.Runs = append(res.Runs, scaleRun{Nodes: nodes, Size: s.size, Round: round, Epochs: epochs, epochResult: r, Spread: spreadBytes})
-		tb.Logf("round %d: %d nodes%s, %d KiB samples: %.1f MB/s, %.0f samples/s, %d epochs in %.1fs, client CPU %.2f cores, node bytes max/mean %.3f",
+		tb.Logf("round %d: %d nodes%s, %d KiB samples: %.1f MB/s, %.0f samples/s, %d epochs in %.1fs, client CPU %.2f cores, machine %.2f cores, node bytes max/mean %.3f",
 			round, len(c.cfg.Storage), map[bool]string{true: " uncapped"}[uncapped], s.size>>10,
-			r.MBps, r.Samples, epochs, r.Seconds, r.CPU/r.Seconds, spreadBytes)
+			r.MBps, r.Samples, epochs, r.Seconds, r.CPU/r.Seconds, r.Busy/r.Seconds, spreadBytes)
 	}
 	for round := range p.Rounds {
 		for k := range clusters {
@@ -300,8 +338,11 @@ func runScaleOut(ctx context.Context, tb testing.TB, p scaleParams) scaleResult 
 }
 
 // fractions is, for each round, throughput at nodes ÷ (nodes × the
-// one-node throughput of the same round), for one sample size.
-func (r scaleResult) fractions(nodes, size int) []float64 {
+// one-node throughput of the same round), for one sample size; with
+// placed, divided by the most the placement allows (each node's link
+// moves only its own chunks, so the epoch lasts as long as the busiest
+// node's share: the fraction cannot exceed mean ÷ max of nodes' bytes).
+func (r scaleResult) fractions(nodes, size int, placed bool) []float64 {
 	one := map[int]float64{}
 	for _, run := range r.Runs {
 		if run.Nodes == 1 && run.Size == size {
@@ -311,7 +352,11 @@ func (r scaleResult) fractions(nodes, size int) []float64 {
 	var out []float64
 	for _, run := range r.Runs {
 		if run.Nodes == nodes && run.Size == size && one[run.Round] > 0 {
-			out = append(out, run.MBps/(float64(nodes)*one[run.Round]))
+			f := run.MBps / (float64(nodes) * one[run.Round])
+			if placed {
+				f *= run.Spread
+			}
+			out = append(out, f)
 		}
 	}
 	return out
@@ -344,13 +389,14 @@ func (r scaleResult) report(b *testing.B, p scaleParams) {
 			if n == 0 {
 				label = "uncapped"
 			} else {
-				f := r.fractions(n, size)
-				frac = medianRange(f, "%.3f")
+				f := r.fractions(n, size, false)
+				frac = medianRange(f, "%.3f") + ", of the placement's bound " + medianRange(r.fractions(n, size, true), "%.3f")
 				b.ReportMetric(median(f), fmt.Sprintf("frac_n%d_%dKiB", n, size>>10))
 			}
-			b.Logf("%4d KiB %-9s %s MB/s  fraction of N×one %s  client CPU %s cores  node bytes max/mean %s", size>>10, label,
+			b.Logf("%4d KiB %-9s %s MB/s  fraction of N×one %s  client CPU %s cores  machine %s cores  node bytes max/mean %s", size>>10, label,
 				medianRange(mbps, "%.1f"), frac,
 				medianRange(r.of(n, size, func(s scaleRun) float64 { return s.CPU / s.Seconds }), "%.2f"),
+				medianRange(r.of(n, size, func(s scaleRun) float64 { return s.Busy / s.Seconds }), "%.2f"),
 				medianRange(r.of(n, size, func(s scaleRun) float64 { return s.Spread }), "%.3f"))
 		}
 	}
@@ -404,7 +450,7 @@ func TestScaleOutTiny(t *testing.T) {
 			t.Errorf("%d nodes: %d samples in %d epochs, want %d each", run.Nodes, got, run.Epochs, set.samples)
 		}
 	}
-	if f := r.fractions(2, set.size); len(f) != 1 || f[0] <= 0 {
+	if f := r.fractions(2, set.size, false); len(f) != 1 || f[0] <= 0 {
 		t.Errorf("fractions at 2 nodes: %v", f)
 	}
 }
