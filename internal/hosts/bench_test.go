@@ -113,7 +113,8 @@ type epochResult struct {
 }
 
 // cpuBusy is the machine's busy CPU time so far (/proc/stat's first line:
-// everything but idle and iowait), in seconds.
+// user, nice, system, irq and softirq; not idle, iowait, steal, nor guest
+// time, which user already counts), in seconds.
 func cpuBusy() (float64, error) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
@@ -121,11 +122,11 @@ func cpuBusy() (float64, error) {
 	}
 	line, _, _ := strings.Cut(string(b), "\n")
 	f := strings.Fields(line)
-	if len(f) < 8 || f[0] != "cpu" {
+	if len(f) < 9 || f[0] != "cpu" {
 		return 0, fmt.Errorf("/proc/stat begins %q", line)
 	}
 	var busy float64
-	for i, v := range f[1:] {
+	for i, v := range f[1:8] {
 		if i == 3 || i == 4 { // idle, iowait
 			continue
 		}
@@ -221,15 +222,17 @@ type scaleParams struct {
 	// Check has every epoch check every sample's index and bytes
 	// (slower: for the tiny test).
 	Check bool
-	// Ceiling also runs the largest cluster with its links uncapped in
-	// every round: what the machine's CPUs allow the client.
-	Ceiling bool
+	// Sweep are more rates (bytes per second, 0 for none) at which the
+	// largest cluster runs in every round: where the machine's CPUs, not
+	// the links, become the limit.
+	Sweep []int64
 }
 
-// scaleRun is one measurement: cluster of Nodes nodes (0 for the
-// uncapped ceiling), sample size, round.
+// scaleRun is one measurement: cluster of Nodes nodes with links capped
+// at Rate (0 for none), sample size, round.
 type scaleRun struct {
 	Nodes, Size, Round int
+	Rate               int64
 	Epochs             int
 	epochResult
 	// Spread is max ÷ mean of the bytes each storage node pushed.
@@ -291,24 +294,27 @@ func runScaleOut(ctx context.Context, tb testing.TB, p scaleParams) scaleResult 
 		}
 	}
 	largest := len(clusters) - 1
-	measure := func(ci, round int, s sampleSet, uncapped bool) {
+	setRate := func(c *sluiceCluster, rate int64) {
+		for _, h := range c.cfg.Storage {
+			if err := h.SetRate(rate); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	measure := func(ci, round int, s sampleSet, rate int64) {
 		c := clusters[ci]
 		nodes := p.Nodes[ci]
 		epochs := nodes
-		if uncapped {
-			for _, h := range c.cfg.Storage {
-				if err := h.SetRate(0); err != nil {
-					tb.Fatal(err)
-				}
+		if rate != p.Rate {
+			setRate(c, rate)
+			defer setRate(c, p.Rate)
+			// As many bytes as a capped run's time would move, at least
+			// as many epochs as one at the usual rate.
+			if rate > p.Rate {
+				epochs *= int(rate / p.Rate)
+			} else if rate == 0 {
+				epochs *= 8
 			}
-			defer func() {
-				for _, h := range c.cfg.Storage {
-					if err := h.SetRate(p.Rate); err != nil {
-						tb.Fatal(err)
-					}
-				}
-			}()
-			nodes = 0
 		}
 		before := c.storageCounter(ctx, "sluice_storage_read_bytes_total")
 		r, err := c.bench(ctx, s, epochs, p.Check)
@@ -316,42 +322,50 @@ func runScaleOut(ctx context.Context, tb testing.TB, p scaleParams) scaleResult 
 			tb.Fatal(err)
 		}
 		spreadBytes := spread(deltas(c.storageCounter(ctx, "sluice_storage_read_bytes_total"), before))
-		res.Runs = append(res.Runs, scaleRun{Nodes: nodes, Size: s.size, Round: round, Epochs: epochs, epochResult: r, Spread: spreadBytes})
-		tb.Logf("round %d: %d nodes%s, %d KiB samples: %.1f MB/s, %.0f samples/s, %d epochs in %.1fs, client CPU %.2f cores, machine %.2f cores, node bytes max/mean %.3f",
-			round, len(c.cfg.Storage), map[bool]string{true: " uncapped"}[uncapped], s.size>>10,
+		res.Runs = append(res.Runs, scaleRun{Nodes: nodes, Size: s.size, Round: round, Rate: rate, Epochs: epochs, epochResult: r, Spread: spreadBytes})
+		tb.Logf("round %d: %d nodes at %s, %d KiB samples: %.1f MB/s, %.0f samples/s, %d epochs in %.1fs, client CPU %.2f cores, machine %.2f cores, node bytes max/mean %.3f",
+			round, nodes, rateName(rate), s.size>>10,
 			r.MBps, r.Samples, epochs, r.Seconds, r.CPU/r.Seconds, r.Busy/r.Seconds, spreadBytes)
 	}
 	for round := range p.Rounds {
 		for k := range clusters {
 			ci := (k + round) % len(clusters)
 			for _, s := range res.Sets {
-				measure(ci, round, s, false)
+				measure(ci, round, s, p.Rate)
 			}
 		}
-		if p.Ceiling {
+		for _, rate := range p.Sweep {
 			for _, s := range res.Sets {
-				measure(largest, round, s, true)
+				measure(largest, round, s, rate)
 			}
 		}
 	}
 	return res
 }
 
+func rateName(rate int64) string {
+	if rate == 0 {
+		return "no cap"
+	}
+	return fmt.Sprintf("%.0f MB/s", float64(rate)/1e6)
+}
+
 // fractions is, for each round, throughput at nodes ÷ (nodes × the
-// one-node throughput of the same round), for one sample size; with
+// one-node throughput of the same round), for one sample size, at the
+// usual rate; with
 // placed, divided by the most the placement allows (each node's link
 // moves only its own chunks, so the epoch lasts as long as the busiest
 // node's share: the fraction cannot exceed mean ÷ max of nodes' bytes).
-func (r scaleResult) fractions(nodes, size int, placed bool) []float64 {
+func (r scaleResult) fractions(nodes, size int, rate int64, placed bool) []float64 {
 	one := map[int]float64{}
 	for _, run := range r.Runs {
-		if run.Nodes == 1 && run.Size == size {
+		if run.Nodes == 1 && run.Size == size && run.Rate == rate {
 			one[run.Round] = run.MBps
 		}
 	}
 	var out []float64
 	for _, run := range r.Runs {
-		if run.Nodes == nodes && run.Size == size && one[run.Round] > 0 {
+		if run.Nodes == nodes && run.Size == size && run.Rate == rate && one[run.Round] > 0 {
 			f := run.MBps / (float64(nodes) * one[run.Round])
 			if placed {
 				f *= run.Spread
@@ -362,13 +376,39 @@ func (r scaleResult) fractions(nodes, size int, placed bool) []float64 {
 	return out
 }
 
-// of is the runs at nodes and size, field picked by f.
-func (r scaleResult) of(nodes, size int, f func(scaleRun) float64) []float64 {
+// sweep is, for each round, throughput at nodes and rate ÷ (rate ÷ the
+// usual rate × throughput at the usual rate in the same round): 1 while
+// the links are the limit; 0 < rate only.
+func (r scaleResult) sweep(nodes, size int, usual, rate int64) []float64 {
+	base := map[int]float64{}
+	for _, run := range r.of(nodes, size, usual) {
+		base[run.Round] = run.MBps
+	}
 	var out []float64
-	for _, run := range r.Runs {
-		if run.Nodes == nodes && run.Size == size {
-			out = append(out, f(run))
+	for _, run := range r.of(nodes, size, rate) {
+		if base[run.Round] > 0 && rate > 0 {
+			out = append(out, run.MBps/(float64(rate)/float64(usual)*base[run.Round]))
 		}
+	}
+	return out
+}
+
+// of is the runs at nodes, size and rate.
+func (r scaleResult) of(nodes, size int, rate int64) []scaleRun {
+	var out []scaleRun
+	for _, run := range r.Runs {
+		if run.Nodes == nodes && run.Size == size && run.Rate == rate {
+			out = append(out, run)
+		}
+	}
+	return out
+}
+
+// field picks f of each run.
+func field(runs []scaleRun, f func(scaleRun) float64) []float64 {
+	var out []float64
+	for _, run := range runs {
+		out = append(out, f(run))
 	}
 	return out
 }
@@ -377,27 +417,27 @@ func (r scaleResult) of(nodes, size int, f func(scaleRun) float64) []float64 {
 func (r scaleResult) report(b *testing.B, p scaleParams) {
 	b.Logf("scale-out: links capped at %.0f MB/s, %d MiB per sample size, chunks %d KiB, %d targets per node, replicas 1, %d rounds",
 		float64(p.Rate)/1e6, p.Bytes>>20, p.ChunkSize>>10, p.TargetsPerNode, p.Rounds)
-	nodes := append(slices.Clone(p.Nodes), 0)
+	line := func(runs []scaleRun, label, ratio string) {
+		b.Logf("%s: %s MB/s; %s; client CPU %s cores, machine %s cores, node bytes max/mean %s", label,
+			medianRange(field(runs, func(s scaleRun) float64 { return s.MBps }), "%.1f"), ratio,
+			medianRange(field(runs, func(s scaleRun) float64 { return s.CPU / s.Seconds }), "%.2f"),
+			medianRange(field(runs, func(s scaleRun) float64 { return s.Busy / s.Seconds }), "%.2f"),
+			medianRange(field(runs, func(s scaleRun) float64 { return s.Spread }), "%.3f"))
+	}
+	largest := p.Nodes[len(p.Nodes)-1]
 	for _, size := range p.Sizes {
-		for _, n := range nodes {
-			mbps := r.of(n, size, func(s scaleRun) float64 { return s.MBps })
-			if len(mbps) == 0 {
-				continue
+		for _, n := range p.Nodes {
+			f := r.fractions(n, size, p.Rate, false)
+			b.ReportMetric(median(f), fmt.Sprintf("frac_n%d_%dKiB", n, size>>10))
+			line(r.of(n, size, p.Rate), fmt.Sprintf("%d KiB, %d nodes", size>>10, n),
+				"of N × one node "+medianRange(f, "%.3f")+", of the placement's bound "+medianRange(r.fractions(n, size, p.Rate, true), "%.3f"))
+		}
+		for _, rate := range p.Sweep {
+			ratio := "the machine's ceiling"
+			if rate > 0 {
+				ratio = "of rate × the usual rate's " + medianRange(r.sweep(largest, size, p.Rate, rate), "%.3f")
 			}
-			label := fmt.Sprintf("%d nodes", n)
-			frac := "-"
-			if n == 0 {
-				label = "uncapped"
-			} else {
-				f := r.fractions(n, size, false)
-				frac = medianRange(f, "%.3f") + ", of the placement's bound " + medianRange(r.fractions(n, size, true), "%.3f")
-				b.ReportMetric(median(f), fmt.Sprintf("frac_n%d_%dKiB", n, size>>10))
-			}
-			b.Logf("%4d KiB %-9s %s MB/s  fraction of N×one %s  client CPU %s cores  machine %s cores  node bytes max/mean %s", size>>10, label,
-				medianRange(mbps, "%.1f"), frac,
-				medianRange(r.of(n, size, func(s scaleRun) float64 { return s.CPU / s.Seconds }), "%.2f"),
-				medianRange(r.of(n, size, func(s scaleRun) float64 { return s.Busy / s.Seconds }), "%.2f"),
-				medianRange(r.of(n, size, func(s scaleRun) float64 { return s.Spread }), "%.3f"))
+			line(r.of(largest, size, rate), fmt.Sprintf("%d KiB, %d nodes at %s", size>>10, largest, rateName(rate)), ratio)
 		}
 	}
 }
@@ -408,11 +448,12 @@ func (r scaleResult) report(b *testing.B, p scaleParams) {
 // $SLUICE_HOSTS_CHUNK_KIB KiB [256].
 func BenchmarkScaleOut(b *testing.B) {
 	sluiceBin(b)
-	p := scaleParams{Nodes: []int{1, 2, 4, 8}, Sizes: []int{1 << 20, 64 << 10}, TargetsPerNode: 2, Ceiling: true,
+	p := scaleParams{Nodes: []int{1, 2, 4, 8}, Sizes: []int{1 << 20, 64 << 10}, TargetsPerNode: 2,
 		Rate:      int64(envInt(b, "SLUICE_HOSTS_RATE_MB", 25)) * 1e6,
 		Bytes:     envInt(b, "SLUICE_HOSTS_MIB", 256) << 20,
 		Rounds:    envInt(b, "SLUICE_HOSTS_ROUNDS", 3),
 		ChunkSize: envInt(b, "SLUICE_HOSTS_CHUNK_KIB", 256) << 10}
+	p.Sweep = []int64{2 * p.Rate, 4 * p.Rate, 8 * p.Rate, 0}
 	if s := os.Getenv("SLUICE_HOSTS_NODES"); s != "" {
 		p.Nodes = nil
 		for f := range strings.SplitSeq(s, ",") {
@@ -450,7 +491,7 @@ func TestScaleOutTiny(t *testing.T) {
 			t.Errorf("%d nodes: %d samples in %d epochs, want %d each", run.Nodes, got, run.Epochs, set.samples)
 		}
 	}
-	if f := r.fractions(2, set.size, false); len(f) != 1 || f[0] <= 0 {
+	if f := r.fractions(2, set.size, p.Rate, false); len(f) != 1 || f[0] <= 0 {
 		t.Errorf("fractions at 2 nodes: %v", f)
 	}
 }
