@@ -515,8 +515,9 @@ type recoveryRound struct {
 	// replicas serving again; Total from the kill to that.
 	Lapse, Resync, Total time.Duration
 	// Served is the resync bytes each surviving node sent, in node order
-	// without the victim.
-	Served []float64
+	// without the victim; Sources the victim's chains each was to resync
+	// by the chains' order before the kill.
+	Served, Sources []float64
 }
 
 func (r recoveryRound) sent() float64 {
@@ -558,10 +559,26 @@ func runRecovery(ctx context.Context, tb testing.TB, p recoveryParams) []recover
 		tb.Fatal(err)
 	}
 	tb.Logf("imported %d MiB (%d samples) with replicas 3 over %d nodes in %.1fs", set.bytes()>>20, set.samples, p.Nodes, time.Since(t0).Seconds())
+	// What the chains' order promises each node's replacement, before
+	// any is replaced.
+	var promised []string
+	for i := range p.Nodes {
+		sources, err := c.resyncSources(ctx, i)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		promised = append(promised, fmt.Sprintf("%s %v", nodeName(i), sources))
+	}
+	tb.Logf("chains each node would resync if another were replaced (by the chains' order): %s", strings.Join(promised, "; "))
 	var rounds []recoveryRound
 	for round := range p.Rounds {
 		victim := round * 3 % p.Nodes
 		r := recoveryRound{Victim: victim}
+		sources, err := c.resyncSources(ctx, victim)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		r.Sources = slices.Delete(sources, victim, victim+1)
 		before := c.storageCounter(ctx, "sluice_storage_resync_bytes_total")
 		kill := time.Now()
 		if err := c.storage[victim].Kill(); err != nil {
@@ -585,8 +602,9 @@ func runRecovery(ctx context.Context, tb testing.TB, p recoveryParams) []recover
 		served := deltas(c.storageCounter(ctx, "sluice_storage_resync_bytes_total"), before)
 		r.Served = slices.Delete(served, victim, victim+1)
 		rounds = append(rounds, r)
-		tb.Logf("round %d: node %s killed; offline after %.1fs; replaced and resynced in %.1fs (%.1fs from the kill); %.1f MiB served by the survivors, max/mean %.3f, each %v MiB",
-			round, nodeName(victim), r.Lapse.Seconds(), r.Resync.Seconds(), r.Total.Seconds(), r.sent()/(1<<20), spread(r.Served), mib(r.Served))
+		tb.Logf("round %d: node %s killed; offline after %.1fs; replaced and resynced in %.1fs (%.1fs from the kill); %.1f MiB served by the survivors, max/mean %.3f, each %v MiB; chains each resynced %v, max/mean %.3f",
+			round, nodeName(victim), r.Lapse.Seconds(), r.Resync.Seconds(), r.Total.Seconds(), r.sent()/(1<<20), spread(r.Served), mib(r.Served),
+			r.Sources, spread(r.Sources))
 	}
 	if _, err := c.sluice(ctx, "dataset", "verify", set.name); err != nil {
 		tb.Fatal(err)
@@ -633,18 +651,19 @@ func BenchmarkRecovery(b *testing.B) {
 	ctx := benchContext(b, 30*time.Minute)
 	for range b.N {
 		rounds := runRecovery(ctx, b, p)
-		var resync, total, spreads, secsPerGB []float64
+		var resync, total, spreads, chainSpreads, secsPerGB []float64
 		for _, r := range rounds {
 			resync = append(resync, r.Resync.Seconds())
 			total = append(total, r.Total.Seconds())
 			spreads = append(spreads, spread(r.Served))
+			chainSpreads = append(chainSpreads, spread(r.Sources))
 			// The replacement receives everything through its own capped
 			// link: the resync cannot beat bytes ÷ rate.
 			secsPerGB = append(secsPerGB, (r.sent()/float64(p.Rate))/r.Resync.Seconds())
 		}
-		b.Logf("recovery: %d nodes × %d targets, replicas 3, links %.0f MB/s, %d MiB imported: resync %s s, kill to whole %s s, survivors' bytes max/mean %s, (bytes ÷ rate) ÷ resync time %s",
+		b.Logf("recovery: %d nodes × %d targets, replicas 3, links %.0f MB/s, %d MiB imported: resync %s s, kill to whole %s s, survivors' bytes max/mean %s (chains resynced per survivor max/mean %s), (bytes ÷ rate) ÷ resync time %s",
 			p.Nodes, p.TargetsPerNode, float64(p.Rate)/1e6, p.Bytes>>20, medianRange(resync, "%.1f"), medianRange(total, "%.1f"),
-			medianRange(spreads, "%.3f"), medianRange(secsPerGB, "%.2f"))
+			medianRange(spreads, "%.3f"), medianRange(chainSpreads, "%.3f"), medianRange(secsPerGB, "%.2f"))
 		b.ReportMetric(median(resync), "resync_s")
 		b.ReportMetric(median(spreads), "served_max/mean")
 	}
@@ -662,5 +681,13 @@ func TestRecoveryTiny(t *testing.T) {
 	// scatter, so ask for half of that.
 	if got, want := rounds[0].sent(), float64(p.Bytes)*3/4/2; got < want {
 		t.Errorf("the survivors sent %.0f resync bytes, want at least %.0f", got, want)
+	}
+	// Each of the victim's targets is in 3 chains.
+	var chains float64
+	for _, n := range rounds[0].Sources {
+		chains += n
+	}
+	if want := float64(3 * p.TargetsPerNode); chains != want {
+		t.Errorf("the survivors were to resync %v chains, want %v in all", rounds[0].Sources, want)
 	}
 }

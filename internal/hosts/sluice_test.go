@@ -161,7 +161,7 @@ func (c *sluiceCluster) startStorage(ctx context.Context, i int, empty bool) err
 // run runs `sluice ARGS --cluster … --token …` in the client host and
 // returns it once it has ended.
 func (c *sluiceCluster) run(ctx context.Context, args ...string) (*Proc, error) {
-	args = append(args, "--cluster", c.metaAddr(), "--token", c.token)
+	args = append(args, "--cluster", c.metaAddr(), "--token", c.token, "--log-level", "warn")
 	p, err := c.cfg.Client.Start(exec.CommandContext(ctx, c.bin, args...))
 	if err != nil {
 		return nil, err
@@ -273,4 +273,43 @@ func (c *sluiceCluster) waitReplicated(ctx context.Context, poll time.Duration) 
 		case <-tick.C:
 		}
 	}
+}
+
+// resyncSources counts, for each storage node, the chains of node victim
+// it would resync if the victim were replaced now: in each chain the
+// victim is in, the last other member, which is the serving tail once the
+// victim has left and the predecessor of the replacement's target, which
+// rejoins at the chain's end.
+func (c *sluiceCluster) resyncSources(ctx context.Context, victim int) ([]float64, error) {
+	out, err := c.sluice(ctx, "status", "--json")
+	if err != nil {
+		return nil, err
+	}
+	var st struct {
+		Chains []struct {
+			Targets []struct {
+				Target int `json:"target"`
+			} `json:"targets"`
+		} `json:"chains"`
+	}
+	if err := json.Unmarshal([]byte(out[strings.Index(out, "{"):]), &st); err != nil {
+		return nil, fmt.Errorf("sluice status --json: %w", err)
+	}
+	node := func(target int) int { return (target - 1) / c.cfg.TargetsPerNode }
+	counts := make([]float64, len(c.cfg.Storage))
+	for _, ch := range st.Chains {
+		last := -1
+		in := false
+		for _, t := range ch.Targets {
+			if n := node(t.Target); n == victim {
+				in = true
+			} else {
+				last = n
+			}
+		}
+		if in && last >= 0 {
+			counts[last]++
+		}
+	}
+	return counts, nil
 }
