@@ -3,6 +3,7 @@ package hosts
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -505,11 +506,16 @@ type recoveryParams struct {
 	SampleSize     int
 	ChunkSize      int
 	Rounds         int // each replaces another node
+	// Drain replaces a dead node by draining it (`sluice admin drain
+	// --node`: its replicas move to the other nodes) instead of
+	// restarting it empty; each round then has a cluster of its own.
+	Drain bool
 }
 
 // recoveryRound is one node killed and replaced.
 type recoveryRound struct {
 	Victim int
+	Drain  bool
 	// Lapse is from the kill until mgmtd had the node's targets offline;
 	// Resync from the replacement's start until every chain had all its
 	// replicas serving again; Total from the kill to that.
@@ -537,7 +543,35 @@ func (r recoveryRound) sent() float64 {
 // from its /metrics. After the last round every sample is verified.
 func runRecovery(ctx context.Context, tb testing.TB, p recoveryParams) []recoveryRound {
 	tb.Helper()
-	n := New(tb, Config{Hosts: p.Nodes + 2})
+	if p.Drain {
+		// A drained node leaves for good: every round starts afresh.
+		var rounds []recoveryRound
+		one := p
+		one.Rounds = 1
+		for range p.Rounds {
+			rounds = append(rounds, recoverOn(ctx, tb, one, len(rounds))...)
+		}
+		return rounds
+	}
+	return recoverOn(ctx, tb, p, 0)
+}
+
+// recoverOn is runRecovery on one Net, its first victim picked as in
+// round first.
+func recoverOn(ctx context.Context, tb testing.TB, p recoveryParams, first int) []recoveryRound {
+	tb.Helper()
+	n, err := Open(Config{Hosts: p.Nodes + 2})
+	if errors.Is(err, ErrUnsupported) {
+		tb.Skip(err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer func() {
+		if err := n.Close(); err != nil {
+			tb.Error(err)
+		}
+	}()
 	client, meta := n.Host(0), n.Host(1)
 	storage := n.Hosts[2:]
 	c := startCluster(ctx, tb, clusterConfig{Meta: meta, Storage: storage, Client: client,
@@ -571,9 +605,9 @@ func runRecovery(ctx context.Context, tb testing.TB, p recoveryParams) []recover
 	}
 	tb.Logf("chains each node would resync if another were replaced (by the chains' order): %s", strings.Join(promised, "; "))
 	var rounds []recoveryRound
-	for round := range p.Rounds {
+	for round := first; round < first+p.Rounds; round++ {
 		victim := round * 3 % p.Nodes
-		r := recoveryRound{Victim: victim}
+		r := recoveryRound{Victim: victim, Drain: p.Drain}
 		sources, err := c.resyncSources(ctx, victim)
 		if err != nil {
 			tb.Fatal(err)
@@ -590,7 +624,11 @@ func runRecovery(ctx context.Context, tb testing.TB, p recoveryParams) []recover
 		}
 		r.Lapse = time.Since(kill)
 		start := time.Now()
-		if err := c.startStorage(ctx, victim, true); err != nil {
+		if p.Drain {
+			if _, err := c.sluice(ctx, "admin", "drain", "--node", nodeName(victim)); err != nil {
+				tb.Fatal(err)
+			}
+		} else if err := c.startStorage(ctx, victim, true); err != nil {
 			tb.Fatal(err)
 		}
 		done, err := c.waitReplicated(ctx, 50*time.Millisecond)
@@ -602,8 +640,12 @@ func runRecovery(ctx context.Context, tb testing.TB, p recoveryParams) []recover
 		served := deltas(c.storageCounter(ctx, "sluice_storage_resync_bytes_total"), before)
 		r.Served = slices.Delete(served, victim, victim+1)
 		rounds = append(rounds, r)
-		tb.Logf("round %d: node %s killed; offline after %.1fs; replaced and resynced in %.1fs (%.1fs from the kill); %.1f MiB served by the survivors, max/mean %.3f, each %v MiB; chains each resynced %v, max/mean %.3f",
-			round, nodeName(victim), r.Lapse.Seconds(), r.Resync.Seconds(), r.Total.Seconds(), r.sent()/(1<<20), spread(r.Served), mib(r.Served),
+		how := "replaced by an empty node"
+		if p.Drain {
+			how = "drained"
+		}
+		tb.Logf("round %d: node %s killed; offline after %.1fs; %s and resynced in %.1fs (%.1fs from the kill); %.1f MiB served by the survivors, max/mean %.3f, each %v MiB; chains each resynced %v, max/mean %.3f",
+			round, nodeName(victim), r.Lapse.Seconds(), how, r.Resync.Seconds(), r.Total.Seconds(), r.sent()/(1<<20), spread(r.Served), mib(r.Served),
 			r.Sources, spread(r.Sources))
 	}
 	if _, err := c.sluice(ctx, "dataset", "verify", set.name); err != nil {
@@ -640,7 +682,9 @@ func (c *sluiceCluster) waitOffline(ctx context.Context, i int) error {
 
 // BenchmarkRecovery: 8 storage hosts capped at $SLUICE_HOSTS_RATE_MB MB/s
 // [25], 7 targets each, $SLUICE_HOSTS_RECOVERY_MIB MiB [512] of 1 MiB
-// samples with replicas 3, $SLUICE_HOSTS_ROUNDS nodes replaced in turn [3].
+// samples with replicas 3, $SLUICE_HOSTS_ROUNDS nodes replaced in turn [3]:
+// restarted with an empty directory, or with $SLUICE_HOSTS_REPLACE=drain
+// drained (`sluice admin drain`, which the binary must have).
 func BenchmarkRecovery(b *testing.B) {
 	sluiceBin(b)
 	p := recoveryParams{Nodes: 8, TargetsPerNode: 7, SampleSize: 1 << 20,
@@ -648,6 +692,13 @@ func BenchmarkRecovery(b *testing.B) {
 		Bytes:     envInt(b, "SLUICE_HOSTS_RECOVERY_MIB", 512) << 20,
 		Rounds:    envInt(b, "SLUICE_HOSTS_ROUNDS", 3),
 		ChunkSize: envInt(b, "SLUICE_HOSTS_CHUNK_KIB", 256) << 10}
+	switch r := os.Getenv("SLUICE_HOSTS_REPLACE"); r {
+	case "", "restart":
+	case "drain":
+		p.Drain = true
+	default:
+		b.Fatalf("$SLUICE_HOSTS_REPLACE=%q: want restart or drain", r)
+	}
 	ctx := benchContext(b, 30*time.Minute)
 	for range b.N {
 		rounds := runRecovery(ctx, b, p)
@@ -661,8 +712,8 @@ func BenchmarkRecovery(b *testing.B) {
 			// link: the resync cannot beat bytes ÷ rate.
 			secsPerGB = append(secsPerGB, (r.sent()/float64(p.Rate))/r.Resync.Seconds())
 		}
-		b.Logf("recovery: %d nodes × %d targets, replicas 3, links %.0f MB/s, %d MiB imported: resync %s s, kill to whole %s s, survivors' bytes max/mean %s (chains resynced per survivor max/mean %s), (bytes ÷ rate) ÷ resync time %s",
-			p.Nodes, p.TargetsPerNode, float64(p.Rate)/1e6, p.Bytes>>20, medianRange(resync, "%.1f"), medianRange(total, "%.1f"),
+		b.Logf("recovery (%s): %d nodes × %d targets, replicas 3, links %.0f MB/s, %d MiB imported: resync %s s, kill to whole %s s, survivors' bytes max/mean %s (chains resynced per survivor max/mean %s), (bytes ÷ rate) ÷ resync time %s",
+			map[bool]string{false: "restart empty", true: "drain"}[p.Drain], p.Nodes, p.TargetsPerNode, float64(p.Rate)/1e6, p.Bytes>>20, medianRange(resync, "%.1f"), medianRange(total, "%.1f"),
 			medianRange(spreads, "%.3f"), medianRange(chainSpreads, "%.3f"), medianRange(secsPerGB, "%.2f"))
 		b.ReportMetric(median(resync), "resync_s")
 		b.ReportMetric(median(spreads), "served_max/mean")
