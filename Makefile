@@ -101,7 +101,7 @@ bench:
 
 # Issue 17's scale-out and recovery figures on emulated hosts
 # (internal/hosts: network namespaces, tbf-capped links; root only, about
-# 15 minutes; not in CI). HOSTS_RATE_MB caps each storage host's link;
+# 25 minutes; not in CI). HOSTS_RATE_MB caps each storage host's link;
 # the log also goes to benchmarks/results/hosts-DATE.txt. An interrupted
 # run removes its namespaces and processes (a killed one, at the next run).
 HOSTS_RATE_MB ?= 25
