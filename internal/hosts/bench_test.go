@@ -322,7 +322,12 @@ func runScaleOut(ctx context.Context, tb testing.TB, p scaleParams) scaleResult 
 		if err != nil {
 			tb.Fatal(err)
 		}
-		spreadBytes := spread(deltas(c.storageCounter(ctx, "sluice_storage_read_bytes_total"), before))
+		pushed := deltas(c.storageCounter(ctx, "sluice_storage_read_bytes_total"), before)
+		// The stripe covers every chain, so every node must serve.
+		if i := slices.Index(pushed, 0); i >= 0 {
+			tb.Fatalf("%d nodes: node %s pushed no bytes to the loader (each pushed %v MiB)", nodes, nodeName(i), mib(pushed))
+		}
+		spreadBytes := spread(pushed)
 		res.Runs = append(res.Runs, scaleRun{Nodes: nodes, Size: s.size, Round: round, Rate: rate, Epochs: epochs, epochResult: r, Spread: spreadBytes})
 		tb.Logf("round %d: %d nodes at %s, %d KiB samples: %.1f MB/s, %.0f samples/s, %d epochs in %.1fs, client CPU %.2f cores, machine %.2f cores, node bytes max/mean %.3f",
 			round, nodes, rateName(rate), s.size>>10,
