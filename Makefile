@@ -10,7 +10,7 @@ VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 FUZZSCALE ?= 1
 FUZZ_TARGETS = ./internal/crc32c:FuzzUpdate:200000 ./fabric/tcp:FuzzDecodeFrame:150000 ./fabric/tcp:FuzzServe:60000 ./fabric/internal/handshake:FuzzHandshake:150000 ./shmring:FuzzRingFromPeer:100000 ./shmring:FuzzControlFrame:200000
 
-.PHONY: all build python pytest test unit fuzz lint demo bench bench-peers clean chaos
+.PHONY: all build python pytest test unit fuzz lint demo bench bench-peers bench-hosts clean chaos
 
 # The Python tests run in .venv when there is one (.ci/run makes it:
 # Debian's python3 and python3-torch, pyarrow and pytest from PyPI).
@@ -98,6 +98,19 @@ chaos: build
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s -count 3 ./fabric/...
 	$(GO) test -run '^$$' -bench BenchmarkLoader -benchtime 200x -count 3 ./dataset/
+
+# Issue 17's scale-out and recovery figures on emulated hosts
+# (internal/hosts: network namespaces, tbf-capped links; root only, about
+# 25 minutes; not in CI). HOSTS_RATE_MB caps each storage host's link;
+# the log also goes to benchmarks/results/hosts-DATE.txt. An interrupted
+# run removes its namespaces and processes (a killed one, at the next run).
+HOSTS_RATE_MB ?= 25
+HOSTS_ROUNDS  ?= 5
+bench-hosts: build
+	@if [ "$$(id -u)" != 0 ]; then echo "bench-hosts needs root (network namespaces, tc)"; exit 1; fi
+	SLUICE_BIN=$(CURDIR)/bin/sluice SLUICE_HOSTS_RATE_MB=$(HOSTS_RATE_MB) SLUICE_HOSTS_ROUNDS=$(HOSTS_ROUNDS) bash -o pipefail -c \
+		"$(GO) test -count=1 -timeout 90m -run '^$$' -bench '^Benchmark(ScaleOut|Recovery)$$' -benchtime 1x -v ./internal/hosts/ \
+		2>&1 | tee benchmarks/results/hosts-$$(date -u +%F).txt"
 
 clean:
 	rm -rf bin python/sluice/libsluice.so python/sluice/libsluice.h
