@@ -463,12 +463,19 @@ func firstDiff(a, b []byte) int {
 }
 
 // TestCapabilityRemembered: the kernel reads security.capability before
-// every write; after the first, the mount answers from memory.
+// every write; after the first, the mount answers from memory, and for a
+// file it has just made, from the first.
 func TestCapabilityRemembered(t *testing.T) {
 	mt := mount(t, 64<<10)
 	f, err := os.Create(filepath.Join(mt.dir, "w"))
 	must(t, err)
 	defer f.Close()
+	if _, err := f.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if n := mt.m.FS.Stats().CapsRemembered.Load(); n != 1 {
+		t.Fatalf("the first write to a new file: %d capability checks answered from memory, want 1", n)
+	}
 	for i := range 64 {
 		if _, err := f.WriteAt(make([]byte, 4096), int64(i)*4096); err != nil {
 			t.Fatal(err)

@@ -198,6 +198,7 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 	if in.Flags&accMode != syscall.O_RDONLY {
 		var f *sdk.File
 		if f, err = fs.c.CreateOpenAt(ctx, in.NodeId, name, o); err == nil {
+			fs.noCaps.add(f.Inode().Ino(), fs.cfg.AttrTimeout) // a new file has no attributes
 			out.Fh = fs.adopt(f)
 			fs.fillEntry(f.Inode(), &out.EntryOut)
 			return gofuse.OK
