@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/server/cluster"
+	"github.com/sluicefs/sluice/server/mgmtd"
 )
 
 // serverConfig is `sluice server --config FILE`: JSON, one process's part.
@@ -45,6 +46,11 @@ type serverConfig struct {
 		// the collector removes them, as Go writes durations ("1m",
 		// "30s"; default 1 minute).
 		CollectDelay string `json:"collect_delay"`
+		// MaxMoves and MaxMovesPerTarget throttle replica moves (drain,
+		// rebalance): in flight in the cluster (default 4) and per
+		// target (default 1).
+		MaxMoves          int `json:"max_moves"`
+		MaxMovesPerTarget int `json:"max_moves_per_target"`
 	} `json:"meta"`
 	Storage struct {
 		Cluster      string   `json:"cluster"`
@@ -100,7 +106,7 @@ given, must be the node's.`,
 				}
 				c, err := cluster.StartControl(cmd.Context(), cluster.ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), ID: m.ID, RaftBind: m.RaftBind,
 					Listen: m.Listen, Token: token, Members: m.Members, ChunkSize: m.ChunkSize, Stripe: m.Stripe, ExpectTargets: m.ExpectTargets, Replicas: m.Replicas,
-					CollectDelay: delay, Logger: logger})
+					CollectDelay: delay, Moves: mgmtd.PlannerConfig{MaxMoves: m.MaxMoves, MaxPerTarget: m.MaxMovesPerTarget}, Logger: logger})
 				if err != nil {
 					return err
 				}

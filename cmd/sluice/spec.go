@@ -49,6 +49,11 @@ type clusterSpec struct {
 	// CollectDelay is how long unlinked files' chunks stay before they are
 	// removed, as Go writes durations ("30s", "1m"; default 1 minute).
 	CollectDelay string `yaml:"collect_delay"`
+	// MaxMoves bounds the replica moves (drain, rebalance) in flight in
+	// the cluster (default 4); MaxMovesPerTarget those one target takes
+	// part in (default 1).
+	MaxMoves          int `yaml:"max_moves"`
+	MaxMovesPerTarget int `yaml:"max_moves_per_target"`
 	// HTTPGuard requires the token on every node's /metrics, /healthz,
 	// /readyz and /openapi.json too (default false: only the REST API).
 	HTTPGuard bool `yaml:"http_guard"`
@@ -182,6 +187,7 @@ func (s *clusterSpec) serverConfig(name string) (serverConfig, string, error) {
 			cm.Stripe = cm.ExpectTargets
 		}
 		cm.CollectDelay = s.CollectDelay
+		cm.MaxMoves, cm.MaxMovesPerTarget = s.MaxMoves, s.MaxMovesPerTarget
 		return cfg, "meta", nil
 	}
 	for _, st := range s.Storage {

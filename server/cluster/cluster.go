@@ -87,7 +87,10 @@ type ControlConfig struct {
 	// (default fsmeta.ReadLease; negative: none, for a test whose clients
 	// all start with the cluster).
 	ElectionWait time.Duration
-	Logger       *slog.Logger
+	// Moves throttles replica moves (drain, rebalance); its Logger is
+	// Logger.
+	Moves  mgmtd.PlannerConfig
+	Logger *slog.Logger
 }
 
 // Control is a running control-plane replica.
@@ -146,6 +149,10 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	}
 	det := mgmtd.NewDetector(c.replica, 3*time.Second, cfg.Logger)
 	c.spawn(func() { det.Run(bg) })
+	moves := cfg.Moves
+	moves.Logger = cfg.Logger
+	planner := mgmtd.NewPlanner(c.replica, moves)
+	c.spawn(func() { planner.Run(bg) })
 	c.metrics = meta.NewMetrics(c.replica)
 	if err := c.metrics.Register(det.Metrics()...); err != nil {
 		return fail(err)

@@ -3,6 +3,8 @@ package mgmtd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -94,4 +96,86 @@ func (s *Service) WatchClusterMap(_ *mgmtdpb.Empty, stream grpc.ServerStreamingS
 			return nil
 		}
 	}
+}
+
+// Drain marks the named targets, and every target of the named nodes,
+// draining (or, with undrain, no longer draining). A name the map does not
+// know is refused whole.
+func (s *Service) Drain(ctx context.Context, req *mgmtdpb.DrainRequest) (*mgmtdpb.MoveProgress, error) {
+	m, err := s.g.ClusterMap()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	ids, err := drainTargets(m, req)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if _, err := s.propose(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_SetDraining{SetDraining: &mgmtdpb.SetDraining{Targets: ids, Draining: !req.Undrain}}}); err != nil {
+		return nil, err
+	}
+	return s.Moves(ctx, &mgmtdpb.Empty{})
+}
+
+// drainTargets resolves a drain request's nodes and targets to target ids.
+func drainTargets(m *mgmtdpb.ClusterMap, req *mgmtdpb.DrainRequest) ([]uint32, error) {
+	if len(req.Nodes) == 0 && len(req.Targets) == 0 {
+		return nil, errors.New("drain: name a storage node or a target")
+	}
+	var ids []uint32
+	for _, n := range req.Nodes {
+		found := false
+		for _, t := range m.Targets {
+			if t.Node == n {
+				ids, found = append(ids, t.Id), true
+			}
+		}
+		if !found {
+			return nil, fmt.Errorf("drain: no storage node %q with targets", n)
+		}
+	}
+	for _, id := range req.Targets {
+		if target(m, id) == nil {
+			return nil, fmt.Errorf("drain: no target %d", id)
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// Rebalance starts a rebalance, or stops one.
+func (s *Service) Rebalance(ctx context.Context, req *mgmtdpb.RebalanceRequest) (*mgmtdpb.MoveProgress, error) {
+	if _, err := s.propose(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_SetRebalance{SetRebalance: &mgmtdpb.SetRebalance{On: !req.Stop}}}); err != nil {
+		return nil, err
+	}
+	return s.Moves(ctx, &mgmtdpb.Empty{})
+}
+
+// Moves reports the replica moves as this replica's map has them.
+func (s *Service) Moves(ctx context.Context, _ *mgmtdpb.Empty) (*mgmtdpb.MoveProgress, error) {
+	m, err := s.g.ClusterMap()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	return Progress(m), nil
+}
+
+// Progress is where the map's replica moves stand.
+func Progress(m *mgmtdpb.ClusterMap) *mgmtdpb.MoveProgress {
+	p := &mgmtdpb.MoveProgress{Done: m.MovesDone, Cancelled: m.MovesCancelled, Rebalance: m.Rebalance, ToGo: uint32(ToGo(m))}
+	for _, c := range m.Chains {
+		if c.Move != nil {
+			p.InFlight = append(p.InFlight, c.Move)
+		}
+	}
+	for _, t := range m.Targets {
+		if t.Draining {
+			p.Draining = append(p.Draining, t.Id)
+			if len(t.Chains) == 0 {
+				p.Drained = append(p.Drained, t.Id)
+			}
+		}
+	}
+	return p
 }
