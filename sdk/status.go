@@ -24,6 +24,9 @@ type ClusterStatus struct {
 	MapVersion uint64         `json:"map_version"`
 	Targets    []TargetStatus `json:"targets"` // by id
 	Chains     []ChainStatus  `json:"chains"`  // by id
+	// Moves are the replica moves (drains, rebalance); nil when the
+	// control plane did not say.
+	Moves *MoveProgress `json:"moves"`
 }
 
 // MetaStatus is the metadata Raft group as the replica that answered sees it.
@@ -46,6 +49,9 @@ type TargetStatus struct {
 	// Full: its disk is (nearly) out of space; writes to its chains fail
 	// fast with ErrNoSpace until it has room.
 	Full bool `json:"full"`
+	// Draining: its replicas are being moved elsewhere (sluice admin
+	// drain); it takes no new ones.
+	Draining bool `json:"draining"`
 	// Chains are the chains it belongs to, by id, with its state in each
 	// ("out" for one it has left while offline).
 	Chains []ChainMember `json:"chains"`
@@ -124,7 +130,7 @@ func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 	}
 	slices.SortFunc(out.Chains, func(a, b ChainStatus) int { return cmp.Compare(a.ID, b.ID) })
 	for _, t := range m.Targets {
-		ts := TargetStatus{ID: t.Id, Node: t.Node, Address: addr[t.Node], State: stateName(t.State), Full: t.Full, Chains: []ChainMember{}}
+		ts := TargetStatus{ID: t.Id, Node: t.Node, Address: addr[t.Node], State: stateName(t.State), Full: t.Full, Draining: t.Draining, Chains: []ChainMember{}}
 		chains := slices.Clone(t.Chains)
 		for id, members := range inChain {
 			if _, ok := members[t.Id]; ok && !slices.Contains(chains, id) {
@@ -145,6 +151,9 @@ func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 		out.Targets = append(out.Targets, ts)
 	}
 	slices.SortFunc(out.Targets, func(a, b TargetStatus) int { return cmp.Compare(a.ID, b.ID) })
+	if p, err := c.Moves(ctx); err == nil {
+		out.Moves = &p
+	}
 	return out, nil
 }
 

@@ -555,6 +555,7 @@ type Command struct {
 	//	*Command_MoveReplica
 	//	*Command_SetDraining
 	//	*Command_SetRebalance
+	//	*Command_RetireTargets
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -678,6 +679,15 @@ func (x *Command) GetSetRebalance() *SetRebalance {
 	return nil
 }
 
+func (x *Command) GetRetireTargets() *RetireTargets {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RetireTargets); ok {
+			return x.RetireTargets
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -718,6 +728,10 @@ type Command_SetRebalance struct {
 	SetRebalance *SetRebalance `protobuf:"bytes,9,opt,name=set_rebalance,json=setRebalance,proto3,oneof"`
 }
 
+type Command_RetireTargets struct {
+	RetireTargets *RetireTargets `protobuf:"bytes,10,opt,name=retire_targets,json=retireTargets,proto3,oneof"` // forget drained targets
+}
+
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_CreateTable) isCommand_Op() {}
@@ -735,6 +749,8 @@ func (*Command_MoveReplica) isCommand_Op() {}
 func (*Command_SetDraining) isCommand_Op() {}
 
 func (*Command_SetRebalance) isCommand_Op() {}
+
+func (*Command_RetireTargets) isCommand_Op() {}
 
 type RegisterNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1027,6 +1043,52 @@ func (x *SetDraining) GetDraining() bool {
 	return false
 }
 
+// RetireTargets removes drained targets (draining, in no chain) from the
+// map, and their nodes once they have none left.
+type RetireTargets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Targets       []uint32               `protobuf:"varint,1,rep,packed,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetireTargets) Reset() {
+	*x = RetireTargets{}
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireTargets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireTargets) ProtoMessage() {}
+
+func (x *RetireTargets) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireTargets.ProtoReflect.Descriptor instead.
+func (*RetireTargets) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RetireTargets) GetTargets() []uint32 {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
 type SetRebalance struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	On            bool                   `protobuf:"varint,1,opt,name=on,proto3" json:"on,omitempty"`
@@ -1036,7 +1098,7 @@ type SetRebalance struct {
 
 func (x *SetRebalance) Reset() {
 	*x = SetRebalance{}
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[12]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1110,7 @@ func (x *SetRebalance) String() string {
 func (*SetRebalance) ProtoMessage() {}
 
 func (x *SetRebalance) ProtoReflect() protoreflect.Message {
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[12]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1123,7 @@ func (x *SetRebalance) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetRebalance.ProtoReflect.Descriptor instead.
 func (*SetRebalance) Descriptor() ([]byte, []int) {
-	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{12}
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SetRebalance) GetOn() bool {
@@ -1113,7 +1175,7 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\trebalance\x18\x06 \x01(\bR\trebalance\x12\x1d\n" +
 	"\n" +
 	"moves_done\x18\a \x01(\x04R\tmovesDone\x12'\n" +
-	"\x0fmoves_cancelled\x18\b \x01(\x04R\x0emovesCancelled\"\xb8\x04\n" +
+	"\x0fmoves_cancelled\x18\b \x01(\x04R\x0emovesCancelled\"\x81\x05\n" +
 	"\aCommand\x12D\n" +
 	"\rregister_node\x18\x01 \x01(\v2\x1d.sluice.mgmtd.v1.RegisterNodeH\x00R\fregisterNode\x12F\n" +
 	"\fcreate_table\x18\x02 \x01(\v2!.sluice.mgmtd.v1.CreateChainTableH\x00R\vcreateTable\x12'\n" +
@@ -1124,7 +1186,9 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"targetFull\x12:\n" +
 	"\fmove_replica\x18\a \x01(\v2\x15.sluice.mgmtd.v1.MoveH\x00R\vmoveReplica\x12A\n" +
 	"\fset_draining\x18\b \x01(\v2\x1c.sluice.mgmtd.v1.SetDrainingH\x00R\vsetDraining\x12D\n" +
-	"\rset_rebalance\x18\t \x01(\v2\x1d.sluice.mgmtd.v1.SetRebalanceH\x00R\fsetRebalanceB\x04\n" +
+	"\rset_rebalance\x18\t \x01(\v2\x1d.sluice.mgmtd.v1.SetRebalanceH\x00R\fsetRebalance\x12G\n" +
+	"\x0eretire_targets\x18\n" +
+	" \x01(\v2\x1e.sluice.mgmtd.v1.RetireTargetsH\x00R\rretireTargetsB\x04\n" +
 	"\x02op\"S\n" +
 	"\fRegisterNode\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x15.sluice.mgmtd.v1.NodeR\x04node\x12\x18\n" +
@@ -1144,7 +1208,9 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\x04full\x18\x02 \x01(\bR\x04full\"C\n" +
 	"\vSetDraining\x12\x18\n" +
 	"\atargets\x18\x01 \x03(\rR\atargets\x12\x1a\n" +
-	"\bdraining\x18\x02 \x01(\bR\bdraining\"\x1e\n" +
+	"\bdraining\x18\x02 \x01(\bR\bdraining\")\n" +
+	"\rRetireTargets\x12\x18\n" +
+	"\atargets\x18\x01 \x03(\rR\atargets\"\x1e\n" +
 	"\fSetRebalance\x12\x0e\n" +
 	"\x02on\x18\x01 \x01(\bR\x02on*R\n" +
 	"\vTargetState\x12\x1c\n" +
@@ -1166,7 +1232,7 @@ func file_mgmtd_v1_mgmtd_proto_rawDescGZIP() []byte {
 }
 
 var file_mgmtd_v1_mgmtd_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mgmtd_v1_mgmtd_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_mgmtd_v1_mgmtd_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_mgmtd_v1_mgmtd_proto_goTypes = []any{
 	(TargetState)(0),         // 0: sluice.mgmtd.v1.TargetState
 	(*Node)(nil),             // 1: sluice.mgmtd.v1.Node
@@ -1181,7 +1247,8 @@ var file_mgmtd_v1_mgmtd_proto_goTypes = []any{
 	(*TargetSynced)(nil),     // 10: sluice.mgmtd.v1.TargetSynced
 	(*TargetFull)(nil),       // 11: sluice.mgmtd.v1.TargetFull
 	(*SetDraining)(nil),      // 12: sluice.mgmtd.v1.SetDraining
-	(*SetRebalance)(nil),     // 13: sluice.mgmtd.v1.SetRebalance
+	(*RetireTargets)(nil),    // 13: sluice.mgmtd.v1.RetireTargets
+	(*SetRebalance)(nil),     // 14: sluice.mgmtd.v1.SetRebalance
 }
 var file_mgmtd_v1_mgmtd_proto_depIdxs = []int32{
 	0,  // 0: sluice.mgmtd.v1.Target.state:type_name -> sluice.mgmtd.v1.TargetState
@@ -1197,13 +1264,14 @@ var file_mgmtd_v1_mgmtd_proto_depIdxs = []int32{
 	11, // 10: sluice.mgmtd.v1.Command.target_full:type_name -> sluice.mgmtd.v1.TargetFull
 	4,  // 11: sluice.mgmtd.v1.Command.move_replica:type_name -> sluice.mgmtd.v1.Move
 	12, // 12: sluice.mgmtd.v1.Command.set_draining:type_name -> sluice.mgmtd.v1.SetDraining
-	13, // 13: sluice.mgmtd.v1.Command.set_rebalance:type_name -> sluice.mgmtd.v1.SetRebalance
-	1,  // 14: sluice.mgmtd.v1.RegisterNode.node:type_name -> sluice.mgmtd.v1.Node
-	15, // [15:15] is the sub-list for method output_type
-	15, // [15:15] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	14, // 13: sluice.mgmtd.v1.Command.set_rebalance:type_name -> sluice.mgmtd.v1.SetRebalance
+	13, // 14: sluice.mgmtd.v1.Command.retire_targets:type_name -> sluice.mgmtd.v1.RetireTargets
+	1,  // 15: sluice.mgmtd.v1.RegisterNode.node:type_name -> sluice.mgmtd.v1.Node
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_mgmtd_v1_mgmtd_proto_init() }
@@ -1221,6 +1289,7 @@ func file_mgmtd_v1_mgmtd_proto_init() {
 		(*Command_MoveReplica)(nil),
 		(*Command_SetDraining)(nil),
 		(*Command_SetRebalance)(nil),
+		(*Command_RetireTargets)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1228,7 +1297,7 @@ func file_mgmtd_v1_mgmtd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mgmtd_v1_mgmtd_proto_rawDesc), len(file_mgmtd_v1_mgmtd_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

@@ -241,7 +241,7 @@ type DrainRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         []string               `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`             // every target of these storage nodes
 	Targets       []uint32               `protobuf:"varint,2,rep,packed,name=targets,proto3" json:"targets,omitempty"` // and these targets
-	Undrain       bool                   `protobuf:"varint,3,opt,name=undrain,proto3" json:"undrain,omitempty"`        // stop draining them instead
+	Undrain       bool                   `protobuf:"varint,3,opt,name=undrain,proto3" json:"undrain,omitempty"`        // stop draining them instead (Drain only)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -468,7 +468,7 @@ const file_mgmtd_v1_service_proto_rawDesc = "" +
 	"\x05to_go\x18\x04 \x01(\rR\x04toGo\x12\x1c\n" +
 	"\trebalance\x18\x05 \x01(\bR\trebalance\x12\x1a\n" +
 	"\bdraining\x18\x06 \x03(\rR\bdraining\x12\x18\n" +
-	"\adrained\x18\a \x03(\rR\adrained2\x92\x05\n" +
+	"\adrained\x18\a \x03(\rR\adrained2\xda\x05\n" +
 	"\x05Mgmtd\x12A\n" +
 	"\bRegister\x12\x1d.sluice.mgmtd.v1.RegisterNode\x1a\x16.sluice.mgmtd.v1.Empty\x12O\n" +
 	"\tHeartbeat\x12!.sluice.mgmtd.v1.HeartbeatRequest\x1a\x1f.sluice.mgmtd.v1.HeartbeatReply\x12E\n" +
@@ -477,7 +477,8 @@ const file_mgmtd_v1_service_proto_rawDesc = "" +
 	"\rGetClusterMap\x12\x16.sluice.mgmtd.v1.Empty\x1a\x1b.sluice.mgmtd.v1.ClusterMap\x12H\n" +
 	"\x0fWatchClusterMap\x12\x16.sluice.mgmtd.v1.Empty\x1a\x1b.sluice.mgmtd.v1.ClusterMap0\x01\x12E\n" +
 	"\x05Drain\x12\x1d.sluice.mgmtd.v1.DrainRequest\x1a\x1d.sluice.mgmtd.v1.MoveProgress\x12M\n" +
-	"\tRebalance\x12!.sluice.mgmtd.v1.RebalanceRequest\x1a\x1d.sluice.mgmtd.v1.MoveProgress\x12>\n" +
+	"\tRebalance\x12!.sluice.mgmtd.v1.RebalanceRequest\x1a\x1d.sluice.mgmtd.v1.MoveProgress\x12F\n" +
+	"\x06Retire\x12\x1d.sluice.mgmtd.v1.DrainRequest\x1a\x1d.sluice.mgmtd.v1.MoveProgress\x12>\n" +
 	"\x05Moves\x12\x16.sluice.mgmtd.v1.Empty\x1a\x1d.sluice.mgmtd.v1.MoveProgressB*Z(github.com/sluicefs/sluice/proto/mgmtdpbb\x06proto3"
 
 var (
@@ -518,18 +519,20 @@ var file_mgmtd_v1_service_proto_depIdxs = []int32{
 	0,  // 7: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:input_type -> sluice.mgmtd.v1.Empty
 	4,  // 8: sluice.mgmtd.v1.Mgmtd.Drain:input_type -> sluice.mgmtd.v1.DrainRequest
 	5,  // 9: sluice.mgmtd.v1.Mgmtd.Rebalance:input_type -> sluice.mgmtd.v1.RebalanceRequest
-	0,  // 10: sluice.mgmtd.v1.Mgmtd.Moves:input_type -> sluice.mgmtd.v1.Empty
-	0,  // 11: sluice.mgmtd.v1.Mgmtd.Register:output_type -> sluice.mgmtd.v1.Empty
-	2,  // 12: sluice.mgmtd.v1.Mgmtd.Heartbeat:output_type -> sluice.mgmtd.v1.HeartbeatReply
-	0,  // 13: sluice.mgmtd.v1.Mgmtd.ReportSynced:output_type -> sluice.mgmtd.v1.Empty
-	0,  // 14: sluice.mgmtd.v1.Mgmtd.CreateTable:output_type -> sluice.mgmtd.v1.Empty
-	11, // 15: sluice.mgmtd.v1.Mgmtd.GetClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
-	11, // 16: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
-	6,  // 17: sluice.mgmtd.v1.Mgmtd.Drain:output_type -> sluice.mgmtd.v1.MoveProgress
-	6,  // 18: sluice.mgmtd.v1.Mgmtd.Rebalance:output_type -> sluice.mgmtd.v1.MoveProgress
-	6,  // 19: sluice.mgmtd.v1.Mgmtd.Moves:output_type -> sluice.mgmtd.v1.MoveProgress
-	11, // [11:20] is the sub-list for method output_type
-	2,  // [2:11] is the sub-list for method input_type
+	4,  // 10: sluice.mgmtd.v1.Mgmtd.Retire:input_type -> sluice.mgmtd.v1.DrainRequest
+	0,  // 11: sluice.mgmtd.v1.Mgmtd.Moves:input_type -> sluice.mgmtd.v1.Empty
+	0,  // 12: sluice.mgmtd.v1.Mgmtd.Register:output_type -> sluice.mgmtd.v1.Empty
+	2,  // 13: sluice.mgmtd.v1.Mgmtd.Heartbeat:output_type -> sluice.mgmtd.v1.HeartbeatReply
+	0,  // 14: sluice.mgmtd.v1.Mgmtd.ReportSynced:output_type -> sluice.mgmtd.v1.Empty
+	0,  // 15: sluice.mgmtd.v1.Mgmtd.CreateTable:output_type -> sluice.mgmtd.v1.Empty
+	11, // 16: sluice.mgmtd.v1.Mgmtd.GetClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
+	11, // 17: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
+	6,  // 18: sluice.mgmtd.v1.Mgmtd.Drain:output_type -> sluice.mgmtd.v1.MoveProgress
+	6,  // 19: sluice.mgmtd.v1.Mgmtd.Rebalance:output_type -> sluice.mgmtd.v1.MoveProgress
+	6,  // 20: sluice.mgmtd.v1.Mgmtd.Retire:output_type -> sluice.mgmtd.v1.MoveProgress
+	6,  // 21: sluice.mgmtd.v1.Mgmtd.Moves:output_type -> sluice.mgmtd.v1.MoveProgress
+	12, // [12:22] is the sub-list for method output_type
+	2,  // [2:12] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name

@@ -30,6 +30,7 @@ const (
 	Mgmtd_WatchClusterMap_FullMethodName = "/sluice.mgmtd.v1.Mgmtd/WatchClusterMap"
 	Mgmtd_Drain_FullMethodName           = "/sluice.mgmtd.v1.Mgmtd/Drain"
 	Mgmtd_Rebalance_FullMethodName       = "/sluice.mgmtd.v1.Mgmtd/Rebalance"
+	Mgmtd_Retire_FullMethodName          = "/sluice.mgmtd.v1.Mgmtd/Retire"
 	Mgmtd_Moves_FullMethodName           = "/sluice.mgmtd.v1.Mgmtd/Moves"
 )
 
@@ -50,6 +51,9 @@ type MgmtdClient interface {
 	// Rebalance starts (or stops) moving replicas until every target holds
 	// within one of the mean number of chains. Idempotent.
 	Rebalance(ctx context.Context, in *RebalanceRequest, opts ...grpc.CallOption) (*MoveProgress, error)
+	// Retire forgets drained targets (or every target of nodes): draining,
+	// in no chain. Retiring what is gone already changes nothing.
+	Retire(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*MoveProgress, error)
 	// Moves reports the replica moves: done, in flight, still to go.
 	Moves(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*MoveProgress, error)
 }
@@ -151,6 +155,16 @@ func (c *mgmtdClient) Rebalance(ctx context.Context, in *RebalanceRequest, opts 
 	return out, nil
 }
 
+func (c *mgmtdClient) Retire(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*MoveProgress, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveProgress)
+	err := c.cc.Invoke(ctx, Mgmtd_Retire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *mgmtdClient) Moves(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*MoveProgress, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(MoveProgress)
@@ -178,6 +192,9 @@ type MgmtdServer interface {
 	// Rebalance starts (or stops) moving replicas until every target holds
 	// within one of the mean number of chains. Idempotent.
 	Rebalance(context.Context, *RebalanceRequest) (*MoveProgress, error)
+	// Retire forgets drained targets (or every target of nodes): draining,
+	// in no chain. Retiring what is gone already changes nothing.
+	Retire(context.Context, *DrainRequest) (*MoveProgress, error)
 	// Moves reports the replica moves: done, in flight, still to go.
 	Moves(context.Context, *Empty) (*MoveProgress, error)
 	mustEmbedUnimplementedMgmtdServer()
@@ -213,6 +230,9 @@ func (UnimplementedMgmtdServer) Drain(context.Context, *DrainRequest) (*MoveProg
 }
 func (UnimplementedMgmtdServer) Rebalance(context.Context, *RebalanceRequest) (*MoveProgress, error) {
 	return nil, status.Error(codes.Unimplemented, "method Rebalance not implemented")
+}
+func (UnimplementedMgmtdServer) Retire(context.Context, *DrainRequest) (*MoveProgress, error) {
+	return nil, status.Error(codes.Unimplemented, "method Retire not implemented")
 }
 func (UnimplementedMgmtdServer) Moves(context.Context, *Empty) (*MoveProgress, error) {
 	return nil, status.Error(codes.Unimplemented, "method Moves not implemented")
@@ -375,6 +395,24 @@ func _Mgmtd_Rebalance_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Mgmtd_Retire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MgmtdServer).Retire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mgmtd_Retire_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MgmtdServer).Retire(ctx, req.(*DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Mgmtd_Moves_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(Empty)
 	if err := dec(in); err != nil {
@@ -427,6 +465,10 @@ var Mgmtd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Rebalance",
 			Handler:    _Mgmtd_Rebalance_Handler,
+		},
+		{
+			MethodName: "Retire",
+			Handler:    _Mgmtd_Retire_Handler,
 		},
 		{
 			MethodName: "Moves",

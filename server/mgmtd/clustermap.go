@@ -90,6 +90,8 @@ func (c *ClusterMap) Apply(cmd *mgmtdpb.Command) error {
 		err = moveReplica(m, op.MoveReplica)
 	case *mgmtdpb.Command_SetDraining:
 		err = setDraining(m, op.SetDraining)
+	case *mgmtdpb.Command_RetireTargets:
+		err = retireTargets(m, op.RetireTargets)
 	case *mgmtdpb.Command_SetRebalance:
 		m.Rebalance = op.SetRebalance.GetOn()
 	default:

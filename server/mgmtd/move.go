@@ -171,3 +171,29 @@ func setDraining(m *mgmtdpb.ClusterMap, r *mgmtdpb.SetDraining) error {
 	}
 	return nil
 }
+
+func retireTargets(m *mgmtdpb.ClusterMap, r *mgmtdpb.RetireTargets) error {
+	for _, id := range r.Targets {
+		t := target(m, id)
+		switch {
+		case t == nil:
+			continue // retired already
+		case !t.Draining:
+			return fmt.Errorf("%w: retire target %d: it is not draining (sluice admin drain first)", ErrBadCommand, id)
+		case len(t.Chains) > 0:
+			return fmt.Errorf("%w: retire target %d: still in chains %v (the drain goes on)", ErrBadCommand, id, t.Chains)
+		}
+	}
+	var nodes []string
+	m.Targets = slices.DeleteFunc(m.Targets, func(t *mgmtdpb.Target) bool {
+		if slices.Contains(r.Targets, t.Id) {
+			nodes = append(nodes, t.Node)
+			return true
+		}
+		return false
+	})
+	m.Nodes = slices.DeleteFunc(m.Nodes, func(n *mgmtdpb.Node) bool {
+		return slices.Contains(nodes, n.Id) && !slices.ContainsFunc(m.Targets, func(t *mgmtdpb.Target) bool { return t.Node == n.Id })
+	})
+	return nil
+}

@@ -377,3 +377,28 @@ func TestPlannerRebalances(t *testing.T) {
 		})
 	}
 }
+
+func TestRetire(t *testing.T) {
+	c := moveCluster(t, 4, 3, 4)
+	retire := func(ids ...uint32) error {
+		return c.Apply(&mgmtdpb.Command{Op: &mgmtdpb.Command_RetireTargets{RetireTargets: &mgmtdpb.RetireTargets{Targets: ids}}})
+	}
+	if err := retire(2); !errors.Is(err, ErrBadCommand) {
+		t.Fatalf("retire of a target not draining: %v", err)
+	}
+	apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_SetDraining{SetDraining: &mgmtdpb.SetDraining{Targets: []uint32{2}, Draining: true}}})
+	if err := retire(2); !errors.Is(err, ErrBadCommand) {
+		t.Fatalf("retire of a target still in chains: %v", err)
+	}
+	runPlanner(t, c, 4, 1)
+	if err := retire(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := retire(2); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	m := mapOf(t, c)
+	if target(m, 2) != nil || slices.ContainsFunc(m.Nodes, func(n *mgmtdpb.Node) bool { return n.Id == "s2" }) || len(m.Nodes) != 3 {
+		t.Fatalf("target 2 or node s2 still in the map: %v", m.Nodes)
+	}
+}

@@ -106,7 +106,7 @@ func (s *Service) Drain(ctx context.Context, req *mgmtdpb.DrainRequest) (*mgmtdp
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	ids, err := drainTargets(m, req)
+	ids, err := drainTargets(m, req, false)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
@@ -116,10 +116,30 @@ func (s *Service) Drain(ctx context.Context, req *mgmtdpb.DrainRequest) (*mgmtdp
 	return s.Moves(ctx, &mgmtdpb.Empty{})
 }
 
-// drainTargets resolves a drain request's nodes and targets to target ids.
-func drainTargets(m *mgmtdpb.ClusterMap, req *mgmtdpb.DrainRequest) ([]uint32, error) {
+// Retire forgets drained targets, and nodes left with none; names the map
+// does not know are taken as retired already.
+func (s *Service) Retire(ctx context.Context, req *mgmtdpb.DrainRequest) (*mgmtdpb.MoveProgress, error) {
+	m, err := s.g.ClusterMap()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	ids, err := drainTargets(m, req, true)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if len(ids) > 0 {
+		if _, err := s.propose(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_RetireTargets{RetireTargets: &mgmtdpb.RetireTargets{Targets: ids}}}); err != nil {
+			return nil, err
+		}
+	}
+	return s.Moves(ctx, &mgmtdpb.Empty{})
+}
+
+// drainTargets resolves a drain request's nodes and targets to target ids;
+// gone, names the map does not know are skipped instead of refused.
+func drainTargets(m *mgmtdpb.ClusterMap, req *mgmtdpb.DrainRequest, gone bool) ([]uint32, error) {
 	if len(req.Nodes) == 0 && len(req.Targets) == 0 {
-		return nil, errors.New("drain: name a storage node or a target")
+		return nil, errors.New("name a storage node or a target")
 	}
 	var ids []uint32
 	for _, n := range req.Nodes {
@@ -129,13 +149,16 @@ func drainTargets(m *mgmtdpb.ClusterMap, req *mgmtdpb.DrainRequest) ([]uint32, e
 				ids, found = append(ids, t.Id), true
 			}
 		}
-		if !found {
-			return nil, fmt.Errorf("drain: no storage node %q with targets", n)
+		if !found && !gone {
+			return nil, fmt.Errorf("no storage node %q with targets", n)
 		}
 	}
 	for _, id := range req.Targets {
 		if target(m, id) == nil {
-			return nil, fmt.Errorf("drain: no target %d", id)
+			if gone {
+				continue
+			}
+			return nil, fmt.Errorf("no target %d", id)
 		}
 		if !slices.Contains(ids, id) {
 			ids = append(ids, id)
