@@ -18,40 +18,67 @@ import (
 // one that dies first leaves as any dead replica does, and the move goes
 // on from the others. At most one move runs per chain.
 
-// domains are the failure domains of the targets that belong to chain c,
-// in it right now or not (an offline one may come back), but for the
+// view indexes a map for the move rules, so that planning over thousands
+// of targets and chains stays linear: each node's failure domain, targets
+// and chains by id, and each chain's members (the targets in it, and those
+// that belong to it while out of it: an offline one may come back). A
+// view's methods keep it in step with the changes they make to the map.
+type view struct {
+	m       *mgmtdpb.ClusterMap
+	domain  map[string]string // node -> failure domain
+	targets map[uint32]*mgmtdpb.Target
+	chains  map[uint32]*mgmtdpb.Chain
+	members map[uint32][]uint32 // chain -> targets
+}
+
+func newView(m *mgmtdpb.ClusterMap) *view {
+	v := &view{m: m, domain: map[string]string{}, targets: map[uint32]*mgmtdpb.Target{}, chains: map[uint32]*mgmtdpb.Chain{}, members: map[uint32][]uint32{}}
+	for _, n := range m.Nodes {
+		v.domain[n.Id] = FailureDomain(n.Id, n.Rack)
+	}
+	for _, c := range m.Chains {
+		v.chains[c.Id] = c
+		v.members[c.Id] = slices.Clone(c.Targets)
+	}
+	for _, t := range m.Targets {
+		v.targets[t.Id] = t
+		for _, cid := range t.Chains {
+			if !slices.Contains(v.members[cid], t.Id) {
+				v.members[cid] = append(v.members[cid], t.Id)
+			}
+		}
+	}
+	return v
+}
+
+func (v *view) domainOf(t *mgmtdpb.Target) string {
+	if d, ok := v.domain[t.Node]; ok {
+		return d
+	}
+	return FailureDomain(t.Node, "")
+}
+
+// domains are the failure domains of chain c's members but for the
 // replica a move replaces (except): its replacement may take its place in
 // its domain, as a move within a rack must when there are as many racks
 // as replicas. For the move's length the chain holds one replica more,
 // never fewer domains.
-func domains(m *mgmtdpb.ClusterMap, c *mgmtdpb.Chain, except uint32) map[string]bool {
-	racks := map[string]string{}
-	for _, n := range m.Nodes {
-		racks[n.Id] = n.Rack
-	}
+func (v *view) domains(c *mgmtdpb.Chain, except uint32) map[string]bool {
 	out := map[string]bool{}
-	for _, t := range m.Targets {
-		if t.Id != except && (slices.Contains(t.Chains, c.Id) || slices.Contains(c.Targets, t.Id)) {
-			out[FailureDomain(t.Node, racks[t.Node])] = true
+	for _, id := range v.members[c.Id] {
+		if t := v.targets[id]; t != nil && id != except {
+			out[v.domainOf(t)] = true
 		}
 	}
 	return out
 }
 
 // eligible reports whether t may take a new replica of chain c: it is
-// live, neither draining nor full, not in the chain, and its failure
-// domain is none of the chain's (dom).
-func eligible(m *mgmtdpb.ClusterMap, t *mgmtdpb.Target, c *mgmtdpb.Chain, dom map[string]bool) bool {
-	if t.State == mgmtdpb.TargetState_OFFLINE || t.Draining || t.Full || slices.Contains(t.Chains, c.Id) || slices.Contains(c.Targets, t.Id) {
-		return false
-	}
-	rack := ""
-	for _, n := range m.Nodes {
-		if n.Id == t.Node {
-			rack = n.Rack
-		}
-	}
-	return !dom[FailureDomain(t.Node, rack)]
+// live, neither draining nor full, not a member, and its failure domain
+// is none of the chain's (dom).
+func (v *view) eligible(t *mgmtdpb.Target, c *mgmtdpb.Chain, dom map[string]bool) bool {
+	return t.State != mgmtdpb.TargetState_OFFLINE && !t.Draining && !t.Full &&
+		!slices.Contains(v.members[c.Id], t.Id) && !dom[v.domainOf(t)]
 }
 
 // movable reports why chain c cannot start a move now ("" when it can): a
@@ -66,9 +93,12 @@ func movable(c *mgmtdpb.Chain) string {
 	return ""
 }
 
-func moveReplica(m *mgmtdpb.ClusterMap, mv *mgmtdpb.Move) error {
-	c := chain(m, mv.GetChain())
-	from, to := target(m, mv.GetFrom()), target(m, mv.GetTo())
+func moveReplica(m *mgmtdpb.ClusterMap, mv *mgmtdpb.Move) error { return newView(m).start(mv) }
+
+// start starts move mv, or says why it may not.
+func (v *view) start(mv *mgmtdpb.Move) error {
+	c := v.chains[mv.GetChain()]
+	from, to := v.targets[mv.GetFrom()], v.targets[mv.GetTo()]
 	switch {
 	case c == nil:
 		return fmt.Errorf("%w: move: no chain %d", ErrBadCommand, mv.GetChain())
@@ -80,7 +110,7 @@ func moveReplica(m *mgmtdpb.ClusterMap, mv *mgmtdpb.Move) error {
 	if why := movable(c); why != "" {
 		return fmt.Errorf("%w: move: %s", ErrBadCommand, why)
 	}
-	if !eligible(m, to, c, domains(m, c, from.Id)) {
+	if !v.eligible(to, c, v.domains(c, from.Id)) {
 		return fmt.Errorf("%w: move: target %d cannot join chain %d (offline, draining, full, or in a failure domain the chain has)", ErrBadCommand, to.Id, c.Id)
 	}
 	rc := routing.ChainFromMap(c)
@@ -90,7 +120,8 @@ func moveReplica(m *mgmtdpb.ClusterMap, mv *mgmtdpb.Move) error {
 	rc.Store(c)
 	c.Move = &mgmtdpb.Move{Chain: c.Id, From: from.Id, To: to.Id}
 	to.Chains = append(to.Chains, c.Id)
-	settleTarget(m, to)
+	to.State = mgmtdpb.TargetState_SYNCING // live (eligible), and syncing in c
+	v.members[c.Id] = append(v.members[c.Id], to.Id)
 	return nil
 }
 
@@ -151,15 +182,16 @@ func setDraining(m *mgmtdpb.ClusterMap, r *mgmtdpb.SetDraining) error {
 	}
 	// Every chain of a draining target needs somewhere to go: refuse a
 	// drain that could never finish.
+	v := newView(m)
 	for _, id := range r.Targets {
-		for _, cid := range target(m, id).Chains {
-			c := chain(m, cid)
+		for _, cid := range v.targets[id].Chains {
+			c := v.chains[cid]
 			if c == nil || c.Move != nil && c.Move.From == id {
 				continue
 			}
-			dom, ok := domains(m, c, id), false
+			dom, ok := v.domains(c, id), false
 			for _, t := range m.Targets {
-				if eligible(m, t, c, dom) {
+				if v.eligible(t, c, dom) {
 					ok = true
 					break
 				}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/sluicefs/sluice/proto/mgmtdpb"
 	"github.com/sluicefs/sluice/routing"
@@ -400,5 +401,44 @@ func TestRetire(t *testing.T) {
 	m := mapOf(t, c)
 	if target(m, 2) != nil || slices.ContainsFunc(m.Nodes, func(n *mgmtdpb.Node) bool { return n.Id == "s2" }) || len(m.Nodes) != 3 {
 		t.Fatalf("target 2 or node s2 still in the map: %v", m.Nodes)
+	}
+}
+
+// TestPlannerAtScale: at 200 nodes of 10 targets each (2,000 chains of 3),
+// planning a node's drain and counting what a rebalance after adding 20
+// nodes needs take well under a second each: the planner runs on every
+// change of the map, and status asks for ToGo.
+func TestPlannerAtScale(t *testing.T) {
+	const nodes, per = 200, 10
+	m := &mgmtdpb.ClusterMap{}
+	addNodes := func(from, to int) {
+		for n := from; n < to; n++ {
+			m.Nodes = append(m.Nodes, &mgmtdpb.Node{Id: fmt.Sprint("s", n), Address: fmt.Sprint("a", n)})
+			for k := range per {
+				m.Targets = append(m.Targets, &mgmtdpb.Target{Id: uint32(n*per + k + 1), Node: fmt.Sprint("s", n), State: mgmtdpb.TargetState_SERVING})
+			}
+		}
+	}
+	addNodes(0, nodes)
+	if err := createTable(m, &mgmtdpb.CreateChainTable{Table: 1, Replicas: 3, Chains: nodes * per, Placement: PlacementBalanced}); err != nil {
+		t.Fatal(err)
+	}
+	addNodes(nodes, nodes+20)
+	for _, tg := range m.Targets[:per] {
+		tg.Draining = true
+	}
+	m.Rebalance = true
+	start := time.Now()
+	moves := Plan(m, 64, 1)
+	planned := time.Since(start)
+	start = time.Now()
+	togo := ToGo(m)
+	counted := time.Since(start)
+	t.Logf("plan: %d moves in %v; to go: %d, counted in %v", len(moves), planned, togo, counted)
+	if len(moves) != 64 || togo < 300 {
+		t.Fatalf("plan %d moves, to go %d", len(moves), togo)
+	}
+	if planned > 5*time.Second || counted > 30*time.Second { // bounds against a quadratic blow-up, loose for -race
+		t.Fatalf("too slow: plan %v, to go %v", planned, counted)
 	}
 }

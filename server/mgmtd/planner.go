@@ -109,19 +109,16 @@ func inFlight(m *mgmtdpb.ClusterMap) int {
 
 // loads counts each target's chains, not counting those it is leaving.
 func loads(m *mgmtdpb.ClusterMap) map[uint32]int {
-	leaving := map[uint32]map[uint32]bool{}
+	leaving := map[[2]uint32]bool{} // target, chain
 	for _, c := range m.Chains {
 		if c.Move != nil {
-			if leaving[c.Move.From] == nil {
-				leaving[c.Move.From] = map[uint32]bool{}
-			}
-			leaving[c.Move.From][c.Id] = true
+			leaving[[2]uint32{c.Move.From, c.Id}] = true
 		}
 	}
 	out := map[uint32]int{}
 	for _, t := range m.Targets {
 		for _, cid := range t.Chains {
-			if !leaving[t.Id][cid] {
+			if !leaving[[2]uint32{t.Id, cid}] {
 				out[t.Id]++
 			}
 		}
@@ -129,19 +126,49 @@ func loads(m *mgmtdpb.ClusterMap) map[uint32]int {
 	return out
 }
 
-// byLoad is targets from the fewest chains to the most (ties by id).
-func byLoad(m *mgmtdpb.ClusterMap, keep func(*mgmtdpb.Target) bool) []*mgmtdpb.Target {
-	load := loads(m)
-	var out []*mgmtdpb.Target
-	for _, t := range m.Targets {
-		if keep(t) {
-			out = append(out, t)
+// plan is the planner's working state over a copy of the map: moves
+// started in it count at once.
+type plan struct {
+	*view
+	load     map[uint32]int
+	busy     map[uint32]int
+	n        int // moves in flight
+	maxMoves int
+	perTgt   int
+	out      []*mgmtdpb.Move
+}
+
+func (p *plan) free(id uint32) bool { return p.busy[id] < p.perTgt }
+
+func (p *plan) try(mv *mgmtdpb.Move) bool {
+	if p.n >= p.maxMoves || !p.free(mv.From) || !p.free(mv.To) || p.start(mv) != nil {
+		return false
+	}
+	p.n++
+	p.busy[mv.From]++
+	p.busy[mv.To]++
+	p.load[mv.From]--
+	p.load[mv.To]++
+	p.out = append(p.out, mv)
+	return true
+}
+
+// lighter reports whether target a holds fewer chains than b (ties by id).
+func (p *plan) lighter(a, b *mgmtdpb.Target) bool {
+	return cmp.Or(cmp.Compare(p.load[a.Id], p.load[b.Id]), cmp.Compare(a.Id, b.Id)) < 0
+}
+
+// replacement is the least loaded free target that may replace from in
+// chain c, or nil.
+func (p *plan) replacement(c *mgmtdpb.Chain, from uint32) *mgmtdpb.Target {
+	dom := p.domains(c, from)
+	var best *mgmtdpb.Target
+	for _, t := range p.m.Targets {
+		if p.eligible(t, c, dom) && p.free(t.Id) && (best == nil || p.lighter(t, best)) {
+			best = t
 		}
 	}
-	slices.SortFunc(out, func(a, b *mgmtdpb.Target) int {
-		return cmp.Or(cmp.Compare(load[a.Id], load[b.Id]), cmp.Compare(a.Id, b.Id))
-	})
-	return out
+	return best
 }
 
 // Plan chooses the moves to start now on map m, at most maxMoves in
@@ -151,77 +178,75 @@ func byLoad(m *mgmtdpb.ClusterMap, keep func(*mgmtdpb.Target) bool) []*mgmtdpb.T
 // least loaded until they differ by at most one. It is a pure function of
 // the map.
 func Plan(m *mgmtdpb.ClusterMap, maxMoves, maxPerTarget int) []*mgmtdpb.Move {
-	m = proto.Clone(m).(*mgmtdpb.ClusterMap)
-	busy := map[uint32]int{}
-	n := 0
+	p := newPlan(proto.Clone(m).(*mgmtdpb.ClusterMap), maxMoves, maxPerTarget)
+	p.plan()
+	return p.out
+}
+
+func newPlan(m *mgmtdpb.ClusterMap, maxMoves, maxPerTarget int) *plan {
+	p := &plan{view: newView(m), load: loads(m), busy: map[uint32]int{}, maxMoves: maxMoves, perTgt: maxPerTarget}
 	for _, c := range m.Chains {
 		if c.Move != nil {
-			n++
-			busy[c.Move.From]++
-			busy[c.Move.To]++
+			p.n++
+			p.busy[c.Move.From]++
+			p.busy[c.Move.To]++
 		}
 	}
-	var out []*mgmtdpb.Move
-	free := func(id uint32) bool { return busy[id] < maxPerTarget }
-	start := func(mv *mgmtdpb.Move) bool {
-		if n >= maxMoves || !free(mv.From) || !free(mv.To) || moveReplica(m, mv) != nil {
-			return false
+	return p
+}
+
+func (p *plan) plan() {
+	for _, t := range p.m.Targets { // in the map's order: by registration
+		if !t.Draining {
+			continue
 		}
-		n++
-		busy[mv.From]++
-		busy[mv.To]++
-		out = append(out, mv)
-		return true
-	}
-	draining := byLoad(m, func(t *mgmtdpb.Target) bool { return t.Draining })
-	slices.SortFunc(draining, func(a, b *mgmtdpb.Target) int { return cmp.Compare(a.Id, b.Id) })
-	for _, t := range draining {
 		for _, cid := range slices.Clone(t.Chains) {
-			c := chain(m, cid)
-			if n >= maxMoves || !free(t.Id) {
+			if p.n >= p.maxMoves || !p.free(t.Id) {
 				break
 			}
+			c := p.chains[cid]
 			if c == nil || movable(c) != "" {
 				continue
 			}
-			dom := domains(m, c, t.Id)
-			for _, to := range byLoad(m, func(x *mgmtdpb.Target) bool { return eligible(m, x, c, dom) && free(x.Id) }) {
-				if start(&mgmtdpb.Move{Chain: cid, From: t.Id, To: to.Id}) {
-					break
-				}
+			if to := p.replacement(c, t.Id); to != nil {
+				p.try(&mgmtdpb.Move{Chain: cid, From: t.Id, To: to.Id})
 			}
 		}
 	}
-	for m.Rebalance && n < maxMoves {
-		mv := balanceMove(m, free)
-		if mv == nil || !start(mv) {
+	for p.m.Rebalance && p.n < p.maxMoves {
+		mv := p.balanceMove()
+		if mv == nil || !p.try(mv) {
 			break
 		}
 	}
-	return out
 }
 
 // balanceMove is the next move that evens out the live, non-draining
 // targets' chain counts: from the most loaded to the least loaded one that
 // can take one of its chains, only where they differ by two or more.
-func balanceMove(m *mgmtdpb.ClusterMap, free func(uint32) bool) *mgmtdpb.Move {
-	pool := byLoad(m, func(t *mgmtdpb.Target) bool { return t.State != mgmtdpb.TargetState_OFFLINE && !t.Draining })
-	load := loads(m)
+func (p *plan) balanceMove() *mgmtdpb.Move {
+	var pool []*mgmtdpb.Target
+	for _, t := range p.m.Targets {
+		if t.State != mgmtdpb.TargetState_OFFLINE && !t.Draining {
+			pool = append(pool, t)
+		}
+	}
+	slices.SortFunc(pool, func(a, b *mgmtdpb.Target) int { return cmp.Or(cmp.Compare(p.load[a.Id], p.load[b.Id]), cmp.Compare(a.Id, b.Id)) })
 	for i := len(pool) - 1; i >= 0; i-- {
 		src := pool[i]
-		if !free(src.Id) {
+		if !p.free(src.Id) {
 			continue
 		}
 		for _, dst := range pool {
-			if load[src.Id]-load[dst.Id] < 2 {
+			if p.load[src.Id]-p.load[dst.Id] < 2 {
 				break
 			}
-			if !free(dst.Id) || dst.Full {
+			if !p.free(dst.Id) || dst.Full {
 				continue
 			}
 			for _, cid := range src.Chains {
-				c := chain(m, cid)
-				if c == nil || movable(c) != "" || !eligible(m, dst, c, domains(m, c, src.Id)) {
+				c := p.chains[cid]
+				if c == nil || movable(c) != "" || !p.eligible(dst, c, p.domains(c, src.Id)) {
 					continue
 				}
 				return &mgmtdpb.Move{Chain: cid, From: src.Id, To: dst.Id}
@@ -236,29 +261,31 @@ func balanceMove(m *mgmtdpb.ClusterMap, free func(uint32) bool) *mgmtdpb.Move {
 // at once, until it has nothing left to do.
 func ToGo(m *mgmtdpb.ClusterMap) int {
 	m = proto.Clone(m).(*mgmtdpb.ClusterMap)
-	finish := func() {
-		for _, c := range m.Chains {
-			if c.Move == nil {
-				continue
-			}
-			rc := routing.ChainFromMap(c)
-			rc.Synced(routing.TargetID(c.Move.To))
-			rc.Store(c)
-			settleMove(m, c)
+	v := newView(m)
+	finish := func(c *mgmtdpb.Chain) {
+		from := c.Move.From
+		rc := routing.ChainFromMap(c)
+		rc.Synced(routing.TargetID(c.Move.To))
+		rc.Store(c)
+		settleMove(m, c)
+		v.members[c.Id] = slices.DeleteFunc(v.members[c.Id], func(id uint32) bool { return id == from })
+	}
+	for _, c := range m.Chains {
+		if c.Move != nil {
+			finish(c)
 		}
 	}
-	finish()
 	n := 0
-	for range 1 << 16 { // a bound, never reached: every move lowers the imbalance
-		moves := Plan(m, 1<<30, 1<<30)
-		if len(moves) == 0 {
+	for range 1 << 20 { // a bound, never reached: every move lowers the imbalance
+		p := &plan{view: v, load: loads(m), busy: map[uint32]int{}, maxMoves: 1 << 30, perTgt: 1 << 30}
+		p.plan()
+		if len(p.out) == 0 {
 			break
 		}
-		for _, mv := range moves {
-			moveReplica(m, mv)
+		n += len(p.out)
+		for _, mv := range p.out {
+			finish(v.chains[mv.Chain])
 		}
-		n += len(moves)
-		finish()
 	}
 	return n
 }

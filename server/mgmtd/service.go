@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -25,6 +26,12 @@ type Service struct {
 	mgmtdpb.UnimplementedMgmtdServer
 	g Group
 	d *Detector
+
+	// toGo caches ToGo for one version of the map: status asks often,
+	// and playing the planner out over a large map takes a while.
+	mu      sync.Mutex
+	toGoVer uint64
+	toGo    uint32
 }
 
 // NewService serves g, feeding heartbeats to d.
@@ -181,12 +188,19 @@ func (s *Service) Moves(ctx context.Context, _ *mgmtdpb.Empty) (*mgmtdpb.MovePro
 	if err != nil {
 		return nil, status.Error(codes.Internal, err.Error())
 	}
-	return Progress(m), nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.toGoVer != m.Version || m.Version == 0 {
+		s.toGoVer, s.toGo = m.Version, uint32(ToGo(m))
+	}
+	p := Progress(m)
+	p.ToGo = s.toGo
+	return p, nil
 }
 
-// Progress is where the map's replica moves stand.
+// Progress is where the map's replica moves stand, but for ToGo (0).
 func Progress(m *mgmtdpb.ClusterMap) *mgmtdpb.MoveProgress {
-	p := &mgmtdpb.MoveProgress{Done: m.MovesDone, Cancelled: m.MovesCancelled, Rebalance: m.Rebalance, ToGo: uint32(ToGo(m))}
+	p := &mgmtdpb.MoveProgress{Done: m.MovesDone, Cancelled: m.MovesCancelled, Rebalance: m.Rebalance}
 	for _, c := range m.Chains {
 		if c.Move != nil {
 			p.InFlight = append(p.InFlight, c.Move)
