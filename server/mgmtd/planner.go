@@ -231,7 +231,9 @@ func (p *plan) balanceMove() *mgmtdpb.Move {
 			pool = append(pool, t)
 		}
 	}
-	slices.SortFunc(pool, func(a, b *mgmtdpb.Target) int { return cmp.Or(cmp.Compare(p.load[a.Id], p.load[b.Id]), cmp.Compare(a.Id, b.Id)) })
+	slices.SortFunc(pool, func(a, b *mgmtdpb.Target) int {
+		return cmp.Or(cmp.Compare(p.load[a.Id], p.load[b.Id]), cmp.Compare(a.Id, b.Id))
+	})
 	for i := len(pool) - 1; i >= 0; i-- {
 		src := pool[i]
 		if !p.free(src.Id) {
