@@ -17,7 +17,8 @@ import (
 // replicas and 4 storage nodes on 7 hosts, each started from one cluster
 // spec; files written with `sluice cp` from an eighth host; a fifth storage
 // node added on a ninth and `sluice admin rebalance --wait` run while
-// another file is written; a node drained; another host killed (its
+// another file is written; a node drained while the meta leader is
+// killed; another host killed (its
 // process SIGKILLed, its link cut) and replaced by draining it; every byte
 // written reads back identical at the end.
 func TestClusterGrowsAndShrinks(t *testing.T) {
@@ -59,8 +60,9 @@ func TestClusterGrowsAndShrinks(t *testing.T) {
 		}
 		return p
 	}
+	metas := map[string]*Proc{}
 	for i, h := range metaHosts {
-		start(h, specFile, fmt.Sprint("m", i+1), "meta serving on")
+		metas[fmt.Sprint("m", i+1)] = start(h, specFile, fmt.Sprint("m", i+1), "meta serving on")
 	}
 	procs := map[int]*Proc{}
 	for i, h := range storageHosts {
@@ -137,12 +139,38 @@ func TestClusterGrowsAndShrinks(t *testing.T) {
 	}
 	t.Logf("node added and rebalanced in %v", time.Since(began).Round(time.Millisecond))
 
-	// Shrink: drain s2 to the end.
+	// Shrink: drain s2, and kill the meta leader as it starts: the drain
+	// is in the map, and the next leader carries it to the end.
+	// Links capped at 2 MB/s make each move take a while (about a second).
+	capped := append([]*Host{added}, storageHosts...)
+	for _, h := range capped {
+		if err := h.SetRate(2 << 20); err != nil {
+			t.Fatal(err)
+		}
+	}
 	began = time.Now()
-	if out, err := sluice("admin", "drain", "--node", "s2", "--wait"); err != nil || !strings.Contains(out, "drained") {
+	if out, err := sluice("admin", "drain", "--node", "s2"); err != nil {
 		t.Fatalf("drain s2: %v\n%s", err, out)
 	}
-	t.Logf("node s2 drained in %v", time.Since(began).Round(time.Millisecond))
+	leader, _, _ := strings.Cut(strings.TrimPrefix(status(), "metadata: leader "), "@")
+	if metas[leader] == nil {
+		t.Fatalf("no meta leader in the status:\n%s", status())
+	}
+	metas[leader].Kill()
+	out, err := sluice("admin", "drain", "--node", "s2", "--wait")
+	if err != nil || !strings.Contains(out, "drained") {
+		t.Fatalf("drain s2 after the leader %s died: %v\n%s", leader, err, out)
+	}
+	var togo int
+	if _, err := fmt.Sscanf(out[strings.Index(out, ": ")+2:], "%d moves to go", &togo); err != nil || togo == 0 {
+		t.Fatalf("the drain was over before the leader died (%v):\n%s", err, out)
+	}
+	for _, h := range capped {
+		if err := h.SetRate(0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("node s2 drained, meta leader %s killed midway, in %v", leader, time.Since(began).Round(time.Millisecond))
 
 	// Kill a host: s3's process dies and its link goes; draining it
 	// replaces it from the surviving replicas.
