@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -57,7 +60,7 @@ func readBack(ctx context.Context, cl *sdk.Client, name string, want []byte) err
 	return nil
 }
 
-// clientLoad writes new files and reads the written ones back, over and
+// clientLoad writes new files (PREFIX0, PREFIX1, ...) and reads the written ones back, over and
 // over, until stopped, keeping every error a client saw.
 type clientLoad struct {
 	stop chan struct{}
@@ -67,7 +70,7 @@ type clientLoad struct {
 	ops  int
 }
 
-func startLoad(ctx context.Context, cl *sdk.Client, fs *files) *clientLoad {
+func startLoad(ctx context.Context, cl *sdk.Client, fs *files, prefix string) *clientLoad {
 	l := &clientLoad{stop: make(chan struct{})}
 	fail := func(err error) {
 		l.mu.Lock()
@@ -89,7 +92,7 @@ func startLoad(ctx context.Context, cl *sdk.Client, fs *files) *clientLoad {
 	go func() { // the writer
 		defer l.wg.Done()
 		for i := 0; pause(); i++ {
-			name, b := fmt.Sprintf("/w%d", i), fabrictest.RandBytes(uint64(1000+i), 200<<10+i)
+			name, b := fmt.Sprintf("%s%d", prefix, i), fabrictest.RandBytes(uint64(1000+i), 200<<10+i)
 			err := cl.WriteFile(ctx, name, b)
 			if err == nil {
 				fs.put(name, b)
@@ -119,6 +122,42 @@ func (l *clientLoad) end() ([]error, int) {
 	return l.errs, l.ops
 }
 
+// replicated waits until the targets (by their storage nodes' /metrics)
+// hold 3 replicas of every 64 KiB chunk of the files written, no more:
+// targets moved out of chains drop their chunks there (drop_left).
+func replicated(t *testing.T, fs *files, metrics map[int]string, targets ...int) {
+	t.Helper()
+	want := 0
+	for _, b := range fs.snapshot() {
+		want += 3 * ((len(b) + 64<<10 - 1) / (64 << 10))
+	}
+	re := regexp.MustCompile(`(?m)^sluice_storage_chunks\{[^}]*\} (\d+)$`)
+	held := func() (n int) {
+		for _, i := range targets {
+			resp, err := http.Get(metrics[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			m := re.FindSubmatch(body)
+			if m == nil {
+				t.Fatalf("no sluice_storage_chunks at %s", metrics[i])
+			}
+			k, _ := strconv.Atoi(string(m[1]))
+			n += k
+		}
+		return n
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for n := held(); n != want; n = held() {
+		if time.Now().After(deadline) || n < want {
+			t.Fatalf("targets %v hold %d chunks, want %d (3 replicas of each)", targets, n, want)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // TestGrowRebalanceDrain: four `sluice server` storage processes and one
 // meta; data written once; a fifth node added and `sluice admin
 // rebalance --wait` run while a writer and a reader go on with no error;
@@ -134,10 +173,14 @@ func TestGrowRebalanceDrain(t *testing.T) {
 	writeJSON(t, filepath.Join(dir, "meta.json"), map[string]any{"dir": filepath.Join(dir, "m"), "token_file": tokenFile,
 		"meta": map[string]any{"listen": addr, "expect_targets": 4, "replicas": 3, "stripe": 4, "chunk_size": 64 << 10, "max_moves": 2}})
 	startProc(t, "meta serving", "server", "--role", "meta", "--config", filepath.Join(dir, "meta.json"))
+	metrics := map[int]string{} // storage node -> its /metrics
 	storage := func(i int) []string {
 		cfg := filepath.Join(dir, fmt.Sprintf("s%d.json", i))
-		writeJSON(t, cfg, map[string]any{"dir": filepath.Join(dir, fmt.Sprint("s", i)), "token_file": tokenFile,
-			"storage": map[string]any{"cluster": addr, "node_id": fmt.Sprint("s", i), "targets": []int{i}, "chunk_size": 64 << 10}})
+		ln, _ := net.Listen("tcp", "127.0.0.1:0")
+		metrics[i] = "http://" + ln.Addr().String() + "/metrics"
+		ln.Close()
+		writeJSON(t, cfg, map[string]any{"dir": filepath.Join(dir, fmt.Sprint("s", i)), "token_file": tokenFile, "http": ln.Addr().String(),
+			"storage": map[string]any{"cluster": addr, "node_id": fmt.Sprint("s", i), "targets": []int{i}, "chunk_size": 64 << 10, "drop_left": "1s"}})
 		return []string{"server", "--role", "storage", "--config", cfg}
 	}
 	s2 := startProc(t, "storage node", storage(2)...)
@@ -180,7 +223,7 @@ func TestGrowRebalanceDrain(t *testing.T) {
 		fs.put(fmt.Sprint("/f", i), b)
 	}
 
-	load := startLoad(ctx, cl, fs)
+	load := startLoad(ctx, cl, fs, "/r")
 	start := time.Now()
 	startProc(t, "storage node", storage(5)...)
 	waitFor("target 5 registered", "target 5: serving")
@@ -201,6 +244,14 @@ func TestGrowRebalanceDrain(t *testing.T) {
 	if out, err := run(t, "admin", "rebalance"); err != nil || !strings.Contains(out, "0 moves to go") { // idempotent
 		t.Fatalf("rebalance again: %v\n%s", err, out)
 	}
+	errs, ops := load.end()
+	if len(errs) > 0 {
+		t.Fatalf("%d of %d client operations failed during the rebalance, first: %v", len(errs), ops, errs[0])
+	}
+	t.Logf("%d client operations during the rebalance, none failed", ops)
+	replicated(t, fs, metrics, 1, 2, 3, 4, 5) // the targets moved from dropped their chunks
+
+	load = startLoad(ctx, cl, fs, "/d")
 
 	start = time.Now()
 	if out, err := run(t, "admin", "drain", "--node", "s2"); err != nil {
@@ -214,11 +265,11 @@ func TestGrowRebalanceDrain(t *testing.T) {
 		t.Fatalf("drain --wait: %v\n%s", err, out)
 	}
 	t.Logf("node s2 drained, killed midway, in %v:\n%s", time.Since(start).Round(time.Millisecond), out)
-	errs, ops := load.end()
+	errs, ops = load.end()
 	if len(errs) > 0 {
-		t.Fatalf("%d of %d client operations failed during the moves, first: %v", len(errs), ops, errs[0])
+		t.Fatalf("%d of %d client operations failed during the drain, first: %v", len(errs), ops, errs[0])
 	}
-	t.Logf("%d client operations during the moves, none failed", ops)
+	t.Logf("%d client operations during the drain, none failed", ops)
 	written := fs.snapshot()
 	for name, b := range written {
 		if err := readBack(ctx, cl, name, b); err != nil {
@@ -237,5 +288,6 @@ func TestGrowRebalanceDrain(t *testing.T) {
 	if !strings.Contains(s, "0 in flight, 0 to go") || !strings.Contains(s, "rebalance off") {
 		t.Fatalf("status at the end:\n%s", s)
 	}
+	replicated(t, fs, metrics, 1, 3, 4, 5)
 	t.Logf("%d files read back identical", len(written))
 }

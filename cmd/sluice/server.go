@@ -59,6 +59,10 @@ type serverConfig struct {
 		FabricListen string   `json:"fabric_listen"`
 		Targets      []uint32 `json:"targets"`
 		ChunkSize    int      `json:"chunk_size"`
+		// DropLeft is how long a target is out of a chain a replica move
+		// took it from before its chunks of the chain are removed, as Go
+		// writes durations (default "10m").
+		DropLeft string `json:"drop_left"`
 	} `json:"storage"`
 }
 
@@ -115,8 +119,14 @@ given, must be the node's.`,
 				src = httpSources{metrics: c.Metrics(), ready: c.Ready, api: c.API}
 			case "storage":
 				s := cfg.Storage
+				var dropLeft time.Duration
+				if s.DropLeft != "" {
+					if dropLeft, err = time.ParseDuration(s.DropLeft); err != nil || dropLeft <= 0 {
+						return fmt.Errorf("%s: storage.drop_left %q: want a positive duration such as \"10m\"", config, s.DropLeft)
+					}
+				}
 				n, err := cluster.StartStorage(cmd.Context(), cluster.StorageConfig{Dir: cfg.Dir, Cluster: s.Cluster, Token: token, NodeID: s.NodeID, Rack: s.Rack,
-					FabricListen: s.FabricListen, Targets: s.Targets, ChunkSize: s.ChunkSize, Logger: logger})
+					FabricListen: s.FabricListen, Targets: s.Targets, ChunkSize: s.ChunkSize, DropLeft: dropLeft, Logger: logger})
 				if err != nil {
 					return err
 				}
