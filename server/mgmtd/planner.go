@@ -73,8 +73,8 @@ func (p *Planner) Run(ctx context.Context) {
 
 func (p *Planner) step(ctx context.Context) {
 	m, err := p.g.ClusterMap()
-	if err != nil {
-		return
+	if err != nil || !m.Rebalance && !slices.ContainsFunc(m.Targets, func(t *mgmtdpb.Target) bool { return t.Draining }) {
+		return // nothing asked of it: the usual case, kept cheap
 	}
 	moves := Plan(m, p.cfg.MaxMoves, p.cfg.MaxPerTarget)
 	for _, mv := range moves {
