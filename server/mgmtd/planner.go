@@ -19,7 +19,8 @@ type PlannerConfig struct {
 	// MaxMoves bounds the moves in flight in the whole cluster (default 4).
 	MaxMoves int
 	// MaxPerTarget bounds the moves one target takes part in at once, as
-	// the replaced replica or the new one (default 1).
+	// the replaced replica or the new one (default 1); an offline replaced
+	// one does no work and is not bounded.
 	MaxPerTarget int
 	// Interval is how often the planner looks again when the map does not
 	// change (default 1s).
@@ -140,8 +141,16 @@ type plan struct {
 
 func (p *plan) free(id uint32) bool { return p.busy[id] < p.perTgt }
 
+// freeFrom is free for the replica a move replaces: a dead one does no
+// work in it (the resync reads from a live replica), so replacing a dead
+// node is throttled only by the cluster's bound and its replacements'.
+func (p *plan) freeFrom(id uint32) bool {
+	t := p.targets[id]
+	return t != nil && t.State == mgmtdpb.TargetState_OFFLINE || p.free(id)
+}
+
 func (p *plan) try(mv *mgmtdpb.Move) bool {
-	if p.n >= p.maxMoves || !p.free(mv.From) || !p.free(mv.To) || p.start(mv) != nil {
+	if p.n >= p.maxMoves || !p.freeFrom(mv.From) || !p.free(mv.To) || p.start(mv) != nil {
 		return false
 	}
 	p.n++
@@ -201,7 +210,7 @@ func (p *plan) plan() {
 			continue
 		}
 		for _, cid := range slices.Clone(t.Chains) {
-			if p.n >= p.maxMoves || !p.free(t.Id) {
+			if p.n >= p.maxMoves || !p.freeFrom(t.Id) {
 				break
 			}
 			c := p.chains[cid]
