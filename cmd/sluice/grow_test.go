@@ -214,6 +214,19 @@ func TestGrowRebalanceDrain(t *testing.T) {
 		}
 	}
 	waitFor("chain table", "chain 4 ")
+	// Bad input gets one line saying what is wrong.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"admin", "drain", "--node", "nope"}, `drain: no storage node "nope" with targets`},
+		{[]string{"admin", "drain", "--node", "s1,s2"}, "2 draining replica(s) to replace"},
+		{[]string{"admin", "drain"}, "name a storage node (--node) or a target (--target)"},
+	} {
+		if _, err := run(t, tc.args...); err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("sluice %v: %v, want one line with %q", tc.args, err, tc.want)
+		}
+	}
 	fs := &files{data: map[string][]byte{}}
 	for i := range 16 {
 		b := fabrictest.RandBytes(uint64(i), 1<<20+i)

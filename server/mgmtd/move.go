@@ -180,26 +180,45 @@ func setDraining(m *mgmtdpb.ClusterMap, r *mgmtdpb.SetDraining) error {
 	if !r.Draining {
 		return nil
 	}
-	// Every chain of a draining target needs somewhere to go: refuse a
-	// drain that could never finish.
+	// Every draining replica of a chain needs a replacement of its own, in
+	// a failure domain of its own: refuse a drain that could never finish.
 	v := newView(m)
 	for _, id := range r.Targets {
 		for _, cid := range v.targets[id].Chains {
-			c := v.chains[cid]
-			if c == nil || c.Move != nil && c.Move.From == id {
-				continue
-			}
-			dom, ok := v.domains(c, id), false
-			for _, t := range m.Targets {
-				if v.eligible(t, c, dom) {
-					ok = true
-					break
+			if c := v.chains[cid]; c != nil {
+				if err := v.drainable(c); err != nil {
+					return fmt.Errorf("%w: drain target %d: %w", ErrBadCommand, id, err)
 				}
 			}
-			if !ok {
-				return fmt.Errorf("%w: drain target %d: no live, non-draining target outside chain %d's failure domains can take its replica", ErrBadCommand, id, cid)
-			}
 		}
+	}
+	return nil
+}
+
+// drainable says why chain c's draining replicas could never all be
+// replaced (nil when they can): the live, non-draining, non-full targets
+// outside the failure domains of its staying replicas span fewer domains
+// than it has draining replicas not yet being replaced.
+func (v *view) drainable(c *mgmtdpb.Chain) error {
+	stay, need := map[string]bool{}, 0
+	for _, id := range v.members[c.Id] {
+		t := v.targets[id]
+		switch {
+		case t == nil:
+		case !t.Draining:
+			stay[v.domainOf(t)] = true
+		case c.Move == nil || c.Move.From != id:
+			need++
+		}
+	}
+	free := map[string]bool{}
+	for _, t := range v.m.Targets {
+		if v.eligible(t, c, stay) {
+			free[v.domainOf(t)] = true
+		}
+	}
+	if len(free) < need {
+		return fmt.Errorf("chain %d has %d draining replica(s) to replace and live, non-draining targets in only %d failure domain(s) it lacks", c.Id, need, len(free))
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -223,8 +224,14 @@ func TestDrainRefusesImpossible(t *testing.T) {
 		t.Fatalf("drain of an unknown target: %v", err)
 	}
 	addNode(t, c, 4, "")
+	if err := drain(1, 2); !errors.Is(err, ErrBadCommand) || !strings.Contains(err.Error(), "2 draining replica(s) to replace") {
+		t.Fatalf("drain of two replicas of chains with one target to go to: %v", err)
+	}
 	if err := drain(1); err != nil {
 		t.Fatal(err)
+	}
+	if err := drain(2); !errors.Is(err, ErrBadCommand) {
+		t.Fatalf("a second drain that, with the first, could not finish: %v", err)
 	}
 	if err := drain(1); err != nil { // idempotent
 		t.Fatal(err)
