@@ -79,6 +79,9 @@ type ChainStatus struct {
 	ID      uint32        `json:"id"`
 	Version uint64        `json:"version"`
 	Targets []ChainTarget `json:"targets"`
+	// Leaving are members a replica move replaced, kept until the chain
+	// has its full number of serving replicas besides them.
+	Leaving []uint32 `json:"leaving,omitempty"`
 }
 
 // ChainTarget is one target of a chain, with its state there.
@@ -118,7 +121,7 @@ func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 	// inChain[chain][target] is the target's state in the chain.
 	inChain := map[uint32]map[uint32]string{}
 	for _, ch := range m.Chains {
-		cs := ChainStatus{ID: ch.Id, Version: ch.Version, Targets: []ChainTarget{}}
+		cs := ChainStatus{ID: ch.Id, Version: ch.Version, Targets: []ChainTarget{}, Leaving: ch.Leaving}
 		inChain[ch.Id] = map[uint32]string{}
 		rc := routing.ChainFromMap(ch) // each member's state, as storage reads it
 		for _, t := range rc.Targets {

@@ -14,7 +14,7 @@ import (
 //	metadata: leader ID@ADDR, STATE, applied N, N inodes, members [...]
 //	space: FREE of CAPACITY free for files, BYTES in files (N targets reporting)
 //	target ID: STATE at NODE (ADDRESS)[, full][, draining], chains C:STATE ..., disk FREE free of TOTAL
-//	chain ID vVERSION: TARGET:STATE ...
+//	chain ID vVERSION: TARGET:STATE ...[, leaving [TARGET ...]]
 //	moves: N done, N in flight, N to go, N cancelled; rebalance on|off
 //	move chain C: target FROM -> target TO (STATE)
 //	draining: targets T ...; drained (in no chain, safe to stop): T ...
@@ -58,7 +58,11 @@ func writeStatus(w io.Writer, st *sdk.ClusterStatus) {
 		for _, m := range ch.Targets {
 			targets = append(targets, fmt.Sprintf("%d:%s", m.Target, m.State))
 		}
-		fmt.Fprintf(w, "chain %d v%d: %s\n", ch.ID, ch.Version, pairs(targets))
+		leaving := ""
+		if len(ch.Leaving) > 0 {
+			leaving = fmt.Sprintf(", leaving %v", ch.Leaving)
+		}
+		fmt.Fprintf(w, "chain %d v%d: %s%s\n", ch.ID, ch.Version, pairs(targets), leaving)
 	}
 	if p := st.Moves; p != nil {
 		writeMoves(w, p, st.Chains, pairs)

@@ -238,9 +238,12 @@ type Chain struct {
 	// serving replica while down: the chain waits for it).
 	States []TargetState `protobuf:"varint,5,rep,packed,name=states,proto3,enum=sluice.mgmtd.v1.TargetState" json:"states,omitempty"`
 	// move: a replica move in progress (at most one per chain): move.to
-	// catches up at the chain's end, syncing, and once it serves, move.from
-	// leaves the chain.
-	Move          *Move `protobuf:"bytes,6,opt,name=move,proto3" json:"move,omitempty"`
+	// catches up at the chain's end, syncing; once it serves, move.from is
+	// leaving.
+	Move *Move `protobuf:"bytes,6,opt,name=move,proto3" json:"move,omitempty"`
+	// leaving: replicas that completed moves replaced, still in the chain
+	// until it has its table's replicas serving besides them (or they die).
+	Leaving       []uint32 `protobuf:"varint,7,rep,packed,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -313,6 +316,13 @@ func (x *Chain) GetStates() []TargetState {
 func (x *Chain) GetMove() *Move {
 	if x != nil {
 		return x.Move
+	}
+	return nil
+}
+
+func (x *Chain) GetLeaving() []uint32 {
+	if x != nil {
+		return x.Leaving
 	}
 	return nil
 }
@@ -1148,14 +1158,15 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\x05state\x18\x03 \x01(\x0e2\x1c.sluice.mgmtd.v1.TargetStateR\x05state\x12\x16\n" +
 	"\x06chains\x18\x04 \x03(\rR\x06chains\x12\x12\n" +
 	"\x04full\x18\x06 \x01(\bR\x04full\x12\x1a\n" +
-	"\bdraining\x18\a \x01(\bR\bdrainingJ\x04\b\x05\x10\x06\"\xc2\x01\n" +
+	"\bdraining\x18\a \x01(\bR\bdrainingJ\x04\b\x05\x10\x06\"\xdc\x01\n" +
 	"\x05Chain\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x18\n" +
 	"\atargets\x18\x03 \x03(\rR\atargets\x12\x14\n" +
 	"\x05table\x18\x04 \x01(\rR\x05table\x124\n" +
 	"\x06states\x18\x05 \x03(\x0e2\x1c.sluice.mgmtd.v1.TargetStateR\x06states\x12)\n" +
-	"\x04move\x18\x06 \x01(\v2\x15.sluice.mgmtd.v1.MoveR\x04move\"@\n" +
+	"\x04move\x18\x06 \x01(\v2\x15.sluice.mgmtd.v1.MoveR\x04move\x12\x18\n" +
+	"\aleaving\x18\a \x03(\rR\aleaving\"@\n" +
 	"\x04Move\x12\x14\n" +
 	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x12\n" +
 	"\x04from\x18\x02 \x01(\rR\x04from\x12\x0e\n" +

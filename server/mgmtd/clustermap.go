@@ -100,6 +100,7 @@ func (c *ClusterMap) Apply(cmd *mgmtdpb.Command) error {
 	if err != nil {
 		return err
 	}
+	settleLeaving(m)
 	m.Version++
 	v, err := proto.Marshal(m)
 	if err != nil {

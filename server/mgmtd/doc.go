@@ -23,20 +23,26 @@
 //	                                chain's current version
 //	(none)    syncing, at the end   a replica move starts (MoveReplica): the
 //	                                new target joins to replace move.from
-//	serving,  (leaves the chain)    it is move.from and move.to now serves
-//	syncing                         (the move completes; moves_done goes up)
 //	syncing   (leaves the chain)    it is move.to and its lease lapses: the
 //	                                move is cancelled, move.from stays
+//	any       leaving (serving on)  it is move.from and move.to now serves:
+//	                                the move is done (moves_done goes up)
+//	leaving   (leaves the chain)    the chain has its table's replicas
+//	                                serving besides the leaving ones, or it
+//	                                no longer serves there (it died)
 //
 // A replica move (move.go) is the one way a chain's membership changes on
 // purpose: drain, replacing a dead node and rebalance are all moves. The
 // chain has one replica more while it runs and never fewer after: the
-// replaced replica leaves only once its replacement serves, and if it
-// dies first it leaves as any dead replica does while the move goes on
-// from the others. A move's new target is live, neither draining nor
-// full, and in none of the chain's failure domains but the replaced
-// one's (within a rack is how a chain moves when racks are as many as
-// replicas). At most one move runs per chain.
+// replaced replica leaves only once its replacement serves and the chain
+// is full without it (a chain that lost another replica meanwhile keeps
+// it, serving, until that one is back or replaced; settleLeaving runs
+// after every command). If the replaced one dies first it leaves as any
+// dead replica does while the move goes on from the others. A move's new
+// target is live, neither draining nor full, and in none of the chain's
+// failure domains but the replaced and leaving ones' (within a rack is
+// how a chain moves when racks are as many as replicas). At most one move
+// runs per chain at a time.
 //
 // Drain (SetDraining) marks targets in the map; the Planner, on the leader
 // like the Detector, proposes moves for every chain of a draining target

@@ -12,11 +12,14 @@ import (
 // appends a new target to a chain as syncing, at its end, and records the
 // replica it replaces (Chain.move). The storage nodes resync the new
 // target from its predecessor as they do a returning one; once it reports
-// in sync and serves, the replaced replica leaves the chain and the chain
-// is as many replicas strong as before. A new target that dies first is
-// dropped and the move cancelled (the replaced one never left); a replaced
-// one that dies first leaves as any dead replica does, and the move goes
-// on from the others. At most one move runs per chain.
+// in sync and serves, the move is done and the replaced replica is leaving
+// (Chain.leaving): it stays in the chain, serving, until the chain has its
+// table's number of serving replicas besides the leaving ones, so a chain
+// that lost another replica meanwhile keeps it (settleLeaving, checked
+// after every command). A new target that dies first is dropped and the
+// move cancelled (the replaced one never left); a replaced one that dies
+// leaves as any dead replica does, and for good. At most one move runs per
+// chain at a time.
 
 // view indexes a map for the move rules, so that planning over thousands
 // of targets and chains stays linear: each node's failure domain, targets
@@ -58,15 +61,21 @@ func (v *view) domainOf(t *mgmtdpb.Target) string {
 	return FailureDomain(t.Node, "")
 }
 
+// departing reports whether target id is on its way out of chain c: the
+// replica its move replaces, or leaving.
+func departing(c *mgmtdpb.Chain, id uint32) bool {
+	return c.Move != nil && c.Move.From == id || slices.Contains(c.Leaving, id)
+}
+
 // domains are the failure domains of chain c's members but for the
-// replica a move replaces (except): its replacement may take its place in
-// its domain, as a move within a rack must when there are as many racks
-// as replicas. For the move's length the chain holds one replica more,
-// never fewer domains.
+// replica a move replaces (except) and those leaving: a replacement may
+// take its place in its domain, as a move within a rack must when there
+// are as many racks as replicas. For the move's length the chain holds
+// one replica more, never fewer domains.
 func (v *view) domains(c *mgmtdpb.Chain, except uint32) map[string]bool {
 	out := map[string]bool{}
 	for _, id := range v.members[c.Id] {
-		if t := v.targets[id]; t != nil && id != except {
+		if t := v.targets[id]; t != nil && id != except && !slices.Contains(c.Leaving, id) {
 			out[v.domainOf(t)] = true
 		}
 	}
@@ -104,6 +113,8 @@ func (v *view) start(mv *mgmtdpb.Move) error {
 		return fmt.Errorf("%w: move: no chain %d", ErrBadCommand, mv.GetChain())
 	case from == nil || !slices.Contains(from.Chains, c.Id):
 		return fmt.Errorf("%w: move: target %d is not in chain %d", ErrBadCommand, mv.GetFrom(), c.Id)
+	case slices.Contains(c.Leaving, from.Id):
+		return fmt.Errorf("%w: move: target %d is leaving chain %d already", ErrBadCommand, from.Id, c.Id)
 	case to == nil:
 		return fmt.Errorf("%w: move: no target %d", ErrBadCommand, mv.GetTo())
 	}
@@ -126,28 +137,58 @@ func (v *view) start(mv *mgmtdpb.Move) error {
 }
 
 // settleMove finishes chain c's move once its new target serves there:
-// the replaced one leaves the chain (if it is still in it) and its list.
-// It runs wherever a chain may change (targetSynced).
+// the replaced one is leaving (if it still belongs to the chain).
 func settleMove(m *mgmtdpb.ClusterMap, c *mgmtdpb.Chain) {
 	if c.Move == nil || routing.ChainFromMap(c).State(routing.TargetID(c.Move.To)) != routing.Serving {
 		return
 	}
-	from := target(m, c.Move.From)
+	if from := target(m, c.Move.From); from != nil && slices.Contains(from.Chains, c.Id) {
+		c.Leaving = append(c.Leaving, from.Id)
+	}
 	c.Move = nil
 	m.MovesDone++
-	if from == nil {
-		return
+}
+
+// settleLeaving takes the leaving replicas out of every chain that has
+// its table's number of serving replicas besides them, and out of any
+// chain a leaving one no longer serves in (it died: it is not waited
+// for). A leaving replica kept as the chain's last serving one, offline,
+// stays. The state machine runs it after every command.
+func settleLeaving(m *mgmtdpb.ClusterMap) {
+	replicas := map[uint32]int{}
+	for _, t := range m.Tables {
+		replicas[t.Id] = int(t.Replicas)
 	}
-	rc := routing.ChainFromMap(c)
-	if i := slices.Index(rc.Targets, routing.TargetID(from.Id)); i >= 0 {
-		rc.Targets = slices.Delete(rc.Targets, i, i+1)
-		rc.States = slices.Delete(rc.States, i, i+1)
-		rc.Version++
-		rc.Store(c)
-	}
-	from.Chains = slices.DeleteFunc(from.Chains, func(id uint32) bool { return id == c.Id })
-	if from.State != mgmtdpb.TargetState_OFFLINE {
-		settleTarget(m, from)
+	for _, c := range m.Chains {
+		if len(c.Leaving) == 0 {
+			continue
+		}
+		rc := routing.ChainFromMap(c)
+		staying := 0
+		for _, id := range rc.Serving() {
+			if !slices.Contains(c.Leaving, uint32(id)) {
+				staying++
+			}
+		}
+		for _, id := range slices.Clone(c.Leaving) {
+			i := slices.Index(rc.Targets, routing.TargetID(id))
+			if i >= 0 && staying < replicas[c.Table] && rc.States[i] != routing.Syncing {
+				continue // still needed (serving, or kept offline as the last)
+			}
+			if i >= 0 {
+				rc.Targets = slices.Delete(rc.Targets, i, i+1)
+				rc.States = slices.Delete(rc.States, i, i+1)
+				rc.Version++
+				rc.Store(c)
+			}
+			c.Leaving = slices.DeleteFunc(c.Leaving, func(x uint32) bool { return x == id })
+			if t := target(m, id); t != nil {
+				t.Chains = slices.DeleteFunc(t.Chains, func(x uint32) bool { return x == c.Id })
+				if t.State != mgmtdpb.TargetState_OFFLINE {
+					settleTarget(m, t)
+				}
+			}
+		}
 	}
 }
 
@@ -207,7 +248,7 @@ func (v *view) drainable(c *mgmtdpb.Chain) error {
 		case t == nil:
 		case !t.Draining:
 			stay[v.domainOf(t)] = true
-		case c.Move == nil || c.Move.From != id:
+		case !departing(c, id):
 			need++
 		}
 	}

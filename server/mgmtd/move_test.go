@@ -454,3 +454,44 @@ func TestPlannerAtScale(t *testing.T) {
 		t.Fatalf("too slow: plan %v, to go %v", planned, counted)
 	}
 }
+
+// TestLeavingWaitsForFullChain: a replaced replica stays, serving, while
+// the chain lacks another (one died during the move); it leaves once the
+// chain has its replicas again, by the dead one's return or by another
+// move replacing it.
+func TestLeavingWaitsForFullChain(t *testing.T) {
+	for _, back := range []string{"returns", "replaced"} {
+		t.Run(back, func(t *testing.T) {
+			c := moveCluster(t, 3, 3, 1)
+			addNode(t, c, 4, "")
+			addNode(t, c, 5, "")
+			apply(t, c, move(1, 2, 4))
+			apply(t, c, offline(3))
+			if err := synced(t, c, 1, 4); err != nil {
+				t.Fatal(err)
+			}
+			m := mapOf(t, c)
+			if got := members(t, c, 1); got != "1:serving 2:serving 4:serving " || !slices.Equal(chain(m, 1).Leaving, []uint32{2}) || m.MovesDone != 1 {
+				t.Fatalf("after the move, with target 3 dead: %s, leaving %v, done %d", got, chain(m, 1).Leaving, m.MovesDone)
+			}
+			if back == "returns" {
+				apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_TargetRejoin{TargetRejoin: 3}})
+				if got := members(t, c, 1); got != "1:serving 2:serving 4:serving 3:syncing " {
+					t.Fatalf("target 3 back: %s", got)
+				}
+				if err := synced(t, c, 1, 3); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				apply(t, c, move(1, 3, 5)) // the dead one replaced; 2 leaving does not block it
+				if err := synced(t, c, 1, 5); err != nil {
+					t.Fatal(err)
+				}
+			}
+			m = mapOf(t, c)
+			if got := members(t, c, 1); len(chain(m, 1).Leaving) != 0 || slices.Contains(target(m, 2).Chains, 1) || strings.Contains(got, "2:") || len(routing.ChainFromMap(chain(m, 1)).Serving()) != 3 {
+				t.Fatalf("chain full again: %s, leaving %v, target 2 in %v", got, chain(m, 1).Leaving, target(m, 2).Chains)
+			}
+		})
+	}
+}

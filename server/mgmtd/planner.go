@@ -115,6 +115,9 @@ func loads(m *mgmtdpb.ClusterMap) map[uint32]int {
 		if c.Move != nil {
 			leaving[[2]uint32{c.Move.From, c.Id}] = true
 		}
+		for _, id := range c.Leaving {
+			leaving[[2]uint32{id, c.Id}] = true
+		}
 	}
 	out := map[uint32]int{}
 	for _, t := range m.Targets {
@@ -214,7 +217,7 @@ func (p *plan) plan() {
 				break
 			}
 			c := p.chains[cid]
-			if c == nil || movable(c) != "" {
+			if c == nil || movable(c) != "" || departing(c, t.Id) {
 				continue
 			}
 			if to := p.replacement(c, t.Id); to != nil {
@@ -257,7 +260,7 @@ func (p *plan) balanceMove() *mgmtdpb.Move {
 			}
 			for _, cid := range src.Chains {
 				c := p.chains[cid]
-				if c == nil || movable(c) != "" || !p.eligible(dst, c, p.domains(c, src.Id)) {
+				if c == nil || movable(c) != "" || departing(c, src.Id) || !p.eligible(dst, c, p.domains(c, src.Id)) {
 					continue
 				}
 				return &mgmtdpb.Move{Chain: cid, From: src.Id, To: dst.Id}
@@ -272,31 +275,27 @@ func (p *plan) balanceMove() *mgmtdpb.Move {
 // at once, until it has nothing left to do.
 func ToGo(m *mgmtdpb.ClusterMap) int {
 	m = proto.Clone(m).(*mgmtdpb.ClusterMap)
-	v := newView(m)
-	finish := func(c *mgmtdpb.Chain) {
-		from := c.Move.From
-		rc := routing.ChainFromMap(c)
-		rc.Synced(routing.TargetID(c.Move.To))
-		rc.Store(c)
-		settleMove(m, c)
-		v.members[c.Id] = slices.DeleteFunc(v.members[c.Id], func(id uint32) bool { return id == from })
-	}
-	for _, c := range m.Chains {
-		if c.Move != nil {
-			finish(c)
+	finish := func() {
+		for _, c := range m.Chains {
+			if c.Move != nil {
+				rc := routing.ChainFromMap(c)
+				rc.Synced(routing.TargetID(c.Move.To))
+				rc.Store(c)
+				settleMove(m, c)
+			}
 		}
+		settleLeaving(m)
 	}
+	finish()
 	n := 0
 	for range 1 << 20 { // a bound, never reached: every move lowers the imbalance
-		p := &plan{view: v, load: loads(m), busy: map[uint32]int{}, maxMoves: 1 << 30, perTgt: 1 << 30}
+		p := newPlan(m, 1<<30, 1<<30)
 		p.plan()
 		if len(p.out) == 0 {
 			break
 		}
 		n += len(p.out)
-		for _, mv := range p.out {
-			finish(v.chains[mv.Chain])
-		}
+		finish()
 	}
 	return n
 }
