@@ -34,8 +34,17 @@ import (
 func (n *Node) dropLeftLoop() {
 	defer n.wg.Done()
 	since := map[syncKey]time.Time{}
+	var seen uint64 // the routing version last looked at
 	every := min(max(n.cfg.DropLeft/4, 100*time.Millisecond), time.Minute)
-	tick.Every(n.ctx, every, func() { n.dropLeft(since, time.Now()) })
+	tick.Every(n.ctx, every, func() {
+		// Walking the targets' chunks is work: only when the routing
+		// changed since, or a left chain waits for its time.
+		if v := n.routing.Routing().Version; v != seen || len(since) > 0 {
+			if n.dropLeft(since, time.Now()) {
+				seen = v
+			}
+		}
+	})
 }
 
 // hasLeft reports whether target has left chain in routing r.
@@ -47,10 +56,10 @@ func hasLeft(r *routing.Routing, chain routing.ChainID, target routing.TargetID)
 
 // dropLeft notes, in since, when each of the node's targets was first seen
 // out of each chain it holds chunks of, and removes the chunks of those
-// out for DropLeft.
-func (n *Node) dropLeft(since map[syncKey]time.Time, now time.Time) {
+// out for DropLeft. It reports whether it looked (false: not ready).
+func (n *Node) dropLeft(since map[syncKey]time.Time, now time.Time) bool {
 	if n.ready() != nil {
-		return // without a lease, the routing may be old
+		return false // without a lease, the routing may be old
 	}
 	r := n.routing.Routing()
 	left := map[syncKey]bool{}
@@ -81,6 +90,7 @@ func (n *Node) dropLeft(since map[syncKey]time.Time, now time.Time) {
 			delete(since, k)
 		}
 	}
+	return true
 }
 
 // dropChain removes target's chunks of chain while the target stays out
