@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -187,32 +186,9 @@ func TestGrowRebalanceDrain(t *testing.T) {
 	for _, i := range []int{1, 3, 4} {
 		startProc(t, "storage node", storage(i)...)
 	}
-	token, _ := os.ReadFile(tokenFile)
-	t.Setenv("SLUICE_CLUSTER", addr)
-	t.Setenv("SLUICE_TOKEN", strings.TrimSpace(string(token)))
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	cl, err := sdk.Connect(ctx, sdk.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	status := func() string {
-		var b bytes.Buffer
-		if st, err := cl.ClusterStatus(ctx); err == nil {
-			writeStatus(&b, st)
-		}
-		return b.String()
-	}
-	waitFor := func(what, s string) {
-		t.Helper()
-		for !strings.Contains(status(), s) {
-			if ctx.Err() != nil {
-				t.Fatalf("never: %s\n%s", what, status())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	cl, status, waitFor := watchCluster(ctx, t, addr, tokenFile)
 	waitFor("chain table", "chain 4 ")
 	// Bad input gets one line saying what is wrong.
 	for _, tc := range []struct {
