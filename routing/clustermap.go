@@ -46,7 +46,11 @@ func FromMap(m *mgmtdpb.ClusterMap) *Routing {
 		addr[n.Id] = fabric.NodeID(n.Address)
 	}
 	for _, t := range m.Targets {
-		r.Targets[TargetID(t.Id)] = Target{ID: TargetID(t.Id), Node: addr[t.Node], State: stateFromMap[t.State], Full: t.Full}
+		tg := Target{ID: TargetID(t.Id), Node: addr[t.Node], State: stateFromMap[t.State], Full: t.Full, Chains: []ChainID{}}
+		for _, c := range t.Chains {
+			tg.Chains = append(tg.Chains, ChainID(c))
+		}
+		r.Targets[tg.ID] = tg
 	}
 	for _, c := range m.Chains {
 		ch := ChainFromMap(c)

@@ -50,6 +50,10 @@ type Target struct {
 	// Full: its disk has no room for another chunk; writes to its chains
 	// fail fast with ErrNoSpace until it has.
 	Full bool
+	// Chains are the chains it belongs to, in them right now or not (one
+	// it left while offline stays; one a replica move took it out of
+	// goes), as mgmtd's map has them; nil in routing from elsewhere.
+	Chains []ChainID `json:",omitempty"`
 }
 
 // Chain is an ordered list of targets, head first, with each one's state

@@ -24,6 +24,9 @@ type ClusterStatus struct {
 	MapVersion uint64         `json:"map_version"`
 	Targets    []TargetStatus `json:"targets"` // by id
 	Chains     []ChainStatus  `json:"chains"`  // by id
+	// Moves are the replica moves (drains, rebalance); nil when the
+	// control plane did not say.
+	Moves *MoveProgress `json:"moves"`
 }
 
 // MetaStatus is the metadata Raft group as the replica that answered sees it.
@@ -46,6 +49,9 @@ type TargetStatus struct {
 	// Full: its disk is (nearly) out of space; writes to its chains fail
 	// fast with ErrNoSpace until it has room.
 	Full bool `json:"full"`
+	// Draining: its replicas are being moved elsewhere (sluice admin
+	// drain); it takes no new ones.
+	Draining bool `json:"draining"`
 	// Chains are the chains it belongs to, by id, with its state in each
 	// ("out" for one it has left while offline).
 	Chains []ChainMember `json:"chains"`
@@ -73,6 +79,9 @@ type ChainStatus struct {
 	ID      uint32        `json:"id"`
 	Version uint64        `json:"version"`
 	Targets []ChainTarget `json:"targets"`
+	// Leaving are members a replica move replaced, kept until the chain
+	// has its full number of serving replicas besides them.
+	Leaving []uint32 `json:"leaving,omitempty"`
 }
 
 // ChainTarget is one target of a chain, with its state there.
@@ -112,7 +121,7 @@ func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 	// inChain[chain][target] is the target's state in the chain.
 	inChain := map[uint32]map[uint32]string{}
 	for _, ch := range m.Chains {
-		cs := ChainStatus{ID: ch.Id, Version: ch.Version, Targets: []ChainTarget{}}
+		cs := ChainStatus{ID: ch.Id, Version: ch.Version, Targets: []ChainTarget{}, Leaving: ch.Leaving}
 		inChain[ch.Id] = map[uint32]string{}
 		rc := routing.ChainFromMap(ch) // each member's state, as storage reads it
 		for _, t := range rc.Targets {
@@ -124,7 +133,7 @@ func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 	}
 	slices.SortFunc(out.Chains, func(a, b ChainStatus) int { return cmp.Compare(a.ID, b.ID) })
 	for _, t := range m.Targets {
-		ts := TargetStatus{ID: t.Id, Node: t.Node, Address: addr[t.Node], State: stateName(t.State), Full: t.Full, Chains: []ChainMember{}}
+		ts := TargetStatus{ID: t.Id, Node: t.Node, Address: addr[t.Node], State: stateName(t.State), Full: t.Full, Draining: t.Draining, Chains: []ChainMember{}}
 		chains := slices.Clone(t.Chains)
 		for id, members := range inChain {
 			if _, ok := members[t.Id]; ok && !slices.Contains(chains, id) {
@@ -145,6 +154,9 @@ func (c *Client) ClusterStatus(ctx context.Context) (*ClusterStatus, error) {
 		out.Targets = append(out.Targets, ts)
 	}
 	slices.SortFunc(out.Targets, func(a, b TargetStatus) int { return cmp.Compare(a.ID, b.ID) })
+	if p, err := c.Moves(ctx); err == nil {
+		out.Moves = &p
+	}
 	return out, nil
 }
 

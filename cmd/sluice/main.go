@@ -38,7 +38,7 @@ func newRoot() *cobra.Command {
 		},
 	}
 	lf.add(root)
-	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoCmd(), newServerCmd(), newDatasetCmd(), newMountCmd(), newAgentCmd(), newTopCmd(), newFlightCmd(), newClusterCmd())
+	root.AddCommand(newVersionCmd(), newBenchCmd(), newDevCmd(), newDemoCmd(), newServerCmd(), newDatasetCmd(), newMountCmd(), newAgentCmd(), newTopCmd(), newFlightCmd(), newClusterCmd(), newAdminCmd())
 	root.AddCommand(newFileCmds()...)
 	return root
 }

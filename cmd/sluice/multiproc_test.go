@@ -58,6 +58,39 @@ func writeJSON(t *testing.T, path string, v any) {
 	}
 }
 
+// watchCluster connects to the cluster at addr with the token in
+// tokenFile (set as SLUICE_CLUSTER and SLUICE_TOKEN too, for the CLI run in
+// the test) until ctx ends, and returns the client, a function returning
+// `sluice status`, and one waiting until the status shows s.
+func watchCluster(ctx context.Context, t *testing.T, addr, tokenFile string) (*sdk.Client, func() string, func(what, s string)) {
+	t.Helper()
+	token, _ := os.ReadFile(tokenFile)
+	t.Setenv("SLUICE_CLUSTER", addr)
+	t.Setenv("SLUICE_TOKEN", strings.TrimSpace(string(token)))
+	cl, err := sdk.Connect(ctx, sdk.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	status := func() string {
+		var b bytes.Buffer
+		if st, err := cl.ClusterStatus(ctx); err == nil {
+			writeStatus(&b, st)
+		}
+		return b.String()
+	}
+	waitFor := func(what, s string) {
+		t.Helper()
+		for !strings.Contains(status(), s) {
+			if ctx.Err() != nil {
+				t.Fatalf("never: %s\n%s", what, status())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return cl, status, waitFor
+}
+
 // TestSeparateProcesses: `sluice server` as one meta and three storage
 // processes, at the SDK issue's size. 256 MiB copied in with `sluice cp`
 // survives SIGKILL of a storage process: read whole through a local agent's
@@ -84,32 +117,9 @@ func TestSeparateProcesses(t *testing.T) {
 	for i := 1; i <= 3; i++ {
 		procs[i] = startProc(t, "storage node", storageArgs(i)...)
 	}
-	token, _ := os.ReadFile(tokenFile)
-	t.Setenv("SLUICE_CLUSTER", addr)
-	t.Setenv("SLUICE_TOKEN", strings.TrimSpace(string(token)))
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cl, err := sdk.Connect(ctx, sdk.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	status := func() string {
-		var b bytes.Buffer
-		if st, err := cl.ClusterStatus(ctx); err == nil {
-			writeStatus(&b, st)
-		}
-		return b.String()
-	}
-	waitFor := func(what, s string) {
-		t.Helper()
-		for !strings.Contains(status(), s) {
-			if ctx.Err() != nil {
-				t.Fatalf("never: %s\n%s", what, status())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
+	cl, _, waitFor := watchCluster(ctx, t, addr, tokenFile)
 	waitFor("chain table", "chain 1")
 	put := func(name string, data []byte) {
 		t.Helper()

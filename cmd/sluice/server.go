@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicefs/sluice/auth"
 	"github.com/sluicefs/sluice/server/cluster"
+	"github.com/sluicefs/sluice/server/mgmtd"
 )
 
 // serverConfig is `sluice server --config FILE`: JSON, one process's part.
@@ -45,6 +46,11 @@ type serverConfig struct {
 		// the collector removes them, as Go writes durations ("1m",
 		// "30s"; default 1 minute).
 		CollectDelay string `json:"collect_delay"`
+		// MaxMoves and MaxMovesPerTarget throttle replica moves (drain,
+		// rebalance): in flight in the cluster (default 4) and per
+		// target (default 1).
+		MaxMoves          int `json:"max_moves"`
+		MaxMovesPerTarget int `json:"max_moves_per_target"`
 	} `json:"meta"`
 	Storage struct {
 		Cluster      string   `json:"cluster"`
@@ -53,6 +59,10 @@ type serverConfig struct {
 		FabricListen string   `json:"fabric_listen"`
 		Targets      []uint32 `json:"targets"`
 		ChunkSize    int      `json:"chunk_size"`
+		// DropLeft is how long a target is out of a chain a replica move
+		// took it from before its chunks of the chain are removed, as Go
+		// writes durations (default "10m").
+		DropLeft string `json:"drop_left"`
 	} `json:"storage"`
 }
 
@@ -100,7 +110,7 @@ given, must be the node's.`,
 				}
 				c, err := cluster.StartControl(cmd.Context(), cluster.ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), ID: m.ID, RaftBind: m.RaftBind,
 					Listen: m.Listen, Token: token, Members: m.Members, ChunkSize: m.ChunkSize, Stripe: m.Stripe, ExpectTargets: m.ExpectTargets, Replicas: m.Replicas,
-					CollectDelay: delay, Logger: logger})
+					CollectDelay: delay, Moves: mgmtd.PlannerConfig{MaxMoves: m.MaxMoves, MaxPerTarget: m.MaxMovesPerTarget}, Logger: logger})
 				if err != nil {
 					return err
 				}
@@ -109,8 +119,14 @@ given, must be the node's.`,
 				src = httpSources{metrics: c.Metrics(), ready: c.Ready, api: c.API}
 			case "storage":
 				s := cfg.Storage
+				var dropLeft time.Duration
+				if s.DropLeft != "" {
+					if dropLeft, err = time.ParseDuration(s.DropLeft); err != nil || dropLeft <= 0 {
+						return fmt.Errorf("%s: storage.drop_left %q: want a positive duration such as \"10m\"", config, s.DropLeft)
+					}
+				}
 				n, err := cluster.StartStorage(cmd.Context(), cluster.StorageConfig{Dir: cfg.Dir, Cluster: s.Cluster, Token: token, NodeID: s.NodeID, Rack: s.Rack,
-					FabricListen: s.FabricListen, Targets: s.Targets, ChunkSize: s.ChunkSize, Logger: logger})
+					FabricListen: s.FabricListen, Targets: s.Targets, ChunkSize: s.ChunkSize, DropLeft: dropLeft, Logger: logger})
 				if err != nil {
 					return err
 				}

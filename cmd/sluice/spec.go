@@ -49,6 +49,15 @@ type clusterSpec struct {
 	// CollectDelay is how long unlinked files' chunks stay before they are
 	// removed, as Go writes durations ("30s", "1m"; default 1 minute).
 	CollectDelay string `yaml:"collect_delay"`
+	// MaxMoves bounds the replica moves (drain, rebalance) in flight in
+	// the cluster (default 4); MaxMovesPerTarget those one target takes
+	// part in (default 1).
+	MaxMoves          int `yaml:"max_moves"`
+	MaxMovesPerTarget int `yaml:"max_moves_per_target"`
+	// DropLeft is how long a target is out of a chain a replica move took
+	// it from before its chunks of the chain are removed, as Go writes
+	// durations (default "10m").
+	DropLeft string `yaml:"drop_left"`
 	// HTTPGuard requires the token on every node's /metrics, /healthz,
 	// /readyz and /openapi.json too (default false: only the REST API).
 	HTTPGuard bool `yaml:"http_guard"`
@@ -182,6 +191,7 @@ func (s *clusterSpec) serverConfig(name string) (serverConfig, string, error) {
 			cm.Stripe = cm.ExpectTargets
 		}
 		cm.CollectDelay = s.CollectDelay
+		cm.MaxMoves, cm.MaxMovesPerTarget = s.MaxMoves, s.MaxMovesPerTarget
 		return cfg, "meta", nil
 	}
 	for _, st := range s.Storage {
@@ -195,7 +205,7 @@ func (s *clusterSpec) serverConfig(name string) (serverConfig, string, error) {
 		}
 		cs := &cfg.Storage
 		cs.Cluster, cs.NodeID, cs.Rack, cs.FabricListen = strings.Join(addrs, ","), st.Name, st.Rack, st.Address
-		cs.Targets, cs.ChunkSize = slices.Clone(st.Targets), s.chunkSize()
+		cs.Targets, cs.ChunkSize, cs.DropLeft = slices.Clone(st.Targets), s.chunkSize(), s.DropLeft
 		return cfg, "storage", nil
 	}
 	return cfg, "", fmt.Errorf("no node %q in the spec", name)
@@ -220,6 +230,11 @@ func (s *clusterSpec) problems(files bool) []string {
 	}
 	if s.Stripe < 0 {
 		add("stripe %d: want 1 or more", s.Stripe)
+	}
+	if s.DropLeft != "" {
+		if d, err := time.ParseDuration(s.DropLeft); err != nil || d <= 0 {
+			add("drop_left %q: want a positive duration such as \"10m\"", s.DropLeft)
+		}
 	}
 	if s.CollectDelay != "" {
 		if d, err := time.ParseDuration(s.CollectDelay); err != nil || d <= 0 {

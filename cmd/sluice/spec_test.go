@@ -54,10 +54,11 @@ func TestSpecServerConfig(t *testing.T) {
 		{"m2", "meta", `{"dir": "/srv/sluice", "token_file": "/etc/sluice/token", "http": "10.0.0.2:7480",
 		 "meta": {"id": "m2", "raft_bind": "10.0.0.2:7401", "listen": "10.0.0.2:7400",
 		          "members": {"m1": "10.0.0.1:7401", "m2": "10.0.0.2:7401", "m3": "10.0.0.3:7401"},
-		          "chunk_size": 1048576, "stripe": 8, "expect_targets": 12, "replicas": 3, "collect_delay": "1m"}}`},
+		          "chunk_size": 1048576, "stripe": 8, "expect_targets": 12, "replicas": 3, "collect_delay": "1m",
+		          "max_moves": 4, "max_moves_per_target": 1}}`},
 		{"s4", "storage", `{"dir": "/data/sluice", "token_file": "/etc/sluice/token", "http": "10.0.0.8:7480",
 		 "storage": {"cluster": "10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400", "node_id": "s4",
-		             "rack": "r3", "fabric_listen": "10.0.0.8:7410", "targets": [10, 11, 12], "chunk_size": 1048576}}`},
+		             "rack": "r3", "fabric_listen": "10.0.0.8:7410", "targets": [10, 11, 12], "chunk_size": 1048576, "drop_left": "10m"}}`},
 	} {
 		var want serverConfig
 		if err := json.Unmarshal([]byte(tc.config), &want); err != nil {
@@ -123,6 +124,7 @@ func TestSpecProblems(t *testing.T) {
 		{"chunk too big", func(s *clusterSpec) { s.ChunkSize = 128 << 20 }, "chunk_size 134217728: want a power of two from 65536 (64 KiB) to 67108864 (64 MiB)"},
 		{"stripe negative", func(s *clusterSpec) { s.Stripe = -1 }, "stripe -1: want 1 or more"},
 		{"collect delay", func(s *clusterSpec) { s.CollectDelay = "soon" }, `collect_delay "soon": want a positive duration such as "1m"`},
+		{"drop left", func(s *clusterSpec) { s.DropLeft = "-1s" }, `drop_left "-1s": want a positive duration such as "10m"`},
 		{"no token file", func(s *clusterSpec) { s.TokenFile = "" }, "no token_file"},
 		{"token file missing", func(s *clusterSpec) { s.TokenFile = "/nonexistent/token" }, "token_file /nonexistent/token: no such file or directory"},
 		{"token file a directory", func(s *clusterSpec) { s.TokenFile = filepath.Dir(s.TokenFile) }, "token_file TOKEN: is a directory"},

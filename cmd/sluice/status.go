@@ -13,9 +13,14 @@ import (
 //
 //	metadata: leader ID@ADDR, STATE, applied N, N inodes, members [...]
 //	space: FREE of CAPACITY free for files, BYTES in files (N targets reporting)
-//	target ID: STATE at NODE (ADDRESS)[, full], chains C:STATE ..., disk FREE free of TOTAL
-//	chain ID vVERSION: TARGET:STATE ...
+//	target ID: STATE at NODE (ADDRESS)[, full][, draining], chains C:STATE ..., disk FREE free of TOTAL
+//	chain ID vVERSION: TARGET:STATE ...[, leaving [TARGET ...]]
+//	moves: N done, N in flight, N to go, N cancelled; rebalance on|off
+//	move chain C: target FROM -> target TO (STATE)
+//	draining: targets T ...; drained (in no chain, safe to stop): T ...
 //
+// The moves lines come only when the control plane reports them, the
+// draining line only while targets drain.
 // A target's disk reads "disk unknown" when the metadata leader has no
 // current report of it; a target in no chain reads "chains none".
 func writeStatus(w io.Writer, st *sdk.ClusterStatus) {
@@ -35,6 +40,9 @@ func writeStatus(w io.Writer, st *sdk.ClusterStatus) {
 		if t.Full {
 			full = ", full"
 		}
+		if t.Draining {
+			full += ", draining"
+		}
 		disk := "disk unknown"
 		if t.Space != nil {
 			disk = fmt.Sprintf("disk %s free of %s", bytesIEC(t.Space.FreeBytes), bytesIEC(t.Space.TotalBytes))
@@ -50,7 +58,44 @@ func writeStatus(w io.Writer, st *sdk.ClusterStatus) {
 		for _, m := range ch.Targets {
 			targets = append(targets, fmt.Sprintf("%d:%s", m.Target, m.State))
 		}
-		fmt.Fprintf(w, "chain %d v%d: %s\n", ch.ID, ch.Version, pairs(targets))
+		leaving := ""
+		if len(ch.Leaving) > 0 {
+			leaving = fmt.Sprintf(", leaving %v", ch.Leaving)
+		}
+		fmt.Fprintf(w, "chain %d v%d: %s%s\n", ch.ID, ch.Version, pairs(targets), leaving)
+	}
+	if p := st.Moves; p != nil {
+		writeMoves(w, p, st.Chains, pairs)
+	}
+}
+
+// writeMoves is status's moves, move and draining lines.
+func writeMoves(w io.Writer, p *sdk.MoveProgress, chains []sdk.ChainStatus, pairs func([]string) string) {
+	on := "off"
+	if p.Rebalance {
+		on = "on"
+	}
+	fmt.Fprintf(w, "moves: %d done, %d in flight, %d to go, %d cancelled; rebalance %s\n", p.Done, len(p.InFlight), p.ToGo, p.Cancelled, on)
+	for _, m := range p.InFlight {
+		state := "unknown"
+		for _, ch := range chains {
+			for _, ct := range ch.Targets {
+				if ch.ID == m.Chain && ct.Target == m.To {
+					state = ct.State
+				}
+			}
+		}
+		fmt.Fprintf(w, "move chain %d: target %d -> target %d (%s)\n", m.Chain, m.From, m.To, state)
+	}
+	if len(p.Draining) > 0 {
+		ids := func(xs []uint32) []string {
+			var out []string
+			for _, x := range xs {
+				out = append(out, fmt.Sprint(x))
+			}
+			return out
+		}
+		fmt.Fprintf(w, "draining: targets %s; drained (in no chain, safe to stop): %s\n", pairs(ids(p.Draining)), pairs(ids(p.Drained)))
 	}
 }
 

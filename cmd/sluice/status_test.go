@@ -102,3 +102,29 @@ func TestStatusTargets(t *testing.T) {
 		})
 	}
 }
+
+// TestStatusMoves: status's text for draining targets, moves in flight
+// with the new replica's state, and the rebalance.
+func TestStatusMoves(t *testing.T) {
+	st := &sdk.ClusterStatus{
+		Targets: []sdk.TargetStatus{{ID: 4, Node: "s2", Address: "10.0.0.6:7410", State: "serving", Draining: true,
+			Chains: []sdk.ChainMember{{Chain: 7, State: "serving"}}}},
+		Chains: []sdk.ChainStatus{{ID: 7, Version: 9, Targets: []sdk.ChainTarget{{Target: 4, State: "serving"}, {Target: 13, State: "syncing"}}},
+			{ID: 8, Version: 3, Targets: []sdk.ChainTarget{{Target: 5, State: "serving"}}, Leaving: []uint32{5}}},
+		Moves: &sdk.MoveProgress{Done: 14, Cancelled: 1, ToGo: 5, Rebalance: true, InFlight: []sdk.Move{{Chain: 7, From: 4, To: 13}},
+			Draining: []uint32{4, 6}, Drained: []uint32{6}},
+	}
+	var b strings.Builder
+	writeStatus(&b, st)
+	for _, want := range []string{
+		"target 4: serving at s2 (10.0.0.6:7410), draining, chains 7:serving, disk unknown\n",
+		"moves: 14 done, 1 in flight, 5 to go, 1 cancelled; rebalance on\n",
+		"move chain 7: target 4 -> target 13 (syncing)\n",
+		"chain 8 v3: 5:serving, leaving [5]\n",
+		"draining: targets 4 6; drained (in no chain, safe to stop): 6\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+}

@@ -17,17 +17,7 @@ import (
 // storage nodes on three more, and `sluice cp` (the SDK) on a fifth
 // writing a file and reading it back, every process at its own address.
 func TestSluiceCluster(t *testing.T) {
-	bin := os.Getenv("SLUICE_BIN")
-	if bin == "" {
-		t.Skip("SLUICE_BIN is not set (the sluice binary: make build, then SLUICE_BIN=$PWD/bin/sluice)")
-	}
-	n := New(t, Config{Hosts: 5})
-	dir := t.TempDir()
-	token := fmt.Sprintf("hosts-%x", time.Now().UnixNano())
-	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	bin, n, dir, token, tokenFile := sluiceHosts(t, 5)
 	meta, client := n.Host(0), n.Host(4)
 	cluster := meta.AddrPort(7400)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -95,4 +85,23 @@ func TestSluiceCluster(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("read back %d bytes that differ from the %d written", len(got), len(want))
 	}
+}
+
+// sluiceHosts is what a test of sluice processes on hosts needs: the
+// binary ($SLUICE_BIN; the test skips without it), a Net of hosts, a
+// directory, and a fresh cluster token written to tokenFile there.
+func sluiceHosts(t *testing.T, hosts int) (bin string, n *Net, dir, token, tokenFile string) {
+	t.Helper()
+	bin = os.Getenv("SLUICE_BIN")
+	if bin == "" {
+		t.Skip("SLUICE_BIN is not set (the sluice binary: make build, then SLUICE_BIN=$PWD/bin/sluice)")
+	}
+	n = New(t, Config{Hosts: hosts})
+	dir = t.TempDir()
+	token = fmt.Sprintf("hosts-%x", time.Now().UnixNano())
+	tokenFile = filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return bin, n, dir, token, tokenFile
 }

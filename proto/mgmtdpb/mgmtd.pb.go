@@ -147,7 +147,10 @@ type Target struct {
 	Chains []uint32               `protobuf:"varint,4,rep,packed,name=chains,proto3" json:"chains,omitempty"` // the chains it belongs to, in them or not right now
 	// full: its disk has less free space than a chunk needs; writes to its
 	// chains fail fast until space is freed.
-	Full          bool `protobuf:"varint,6,opt,name=full,proto3" json:"full,omitempty"`
+	Full bool `protobuf:"varint,6,opt,name=full,proto3" json:"full,omitempty"`
+	// draining: the target is to give up every chain it is in (sluice admin
+	// drain); mgmtd moves its replicas elsewhere and gives it no new ones.
+	Draining      bool `protobuf:"varint,7,opt,name=draining,proto3" json:"draining,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -217,6 +220,13 @@ func (x *Target) GetFull() bool {
 	return false
 }
 
+func (x *Target) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
 type Chain struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -226,7 +236,14 @@ type Chain struct {
 	// states[i] is targets[i]'s state in this chain: serving, syncing
 	// (catching up at the chain's end), or offline (kept as the chain's last
 	// serving replica while down: the chain waits for it).
-	States        []TargetState `protobuf:"varint,5,rep,packed,name=states,proto3,enum=sluice.mgmtd.v1.TargetState" json:"states,omitempty"`
+	States []TargetState `protobuf:"varint,5,rep,packed,name=states,proto3,enum=sluice.mgmtd.v1.TargetState" json:"states,omitempty"`
+	// move: a replica move in progress (at most one per chain): move.to
+	// catches up at the chain's end, syncing; once it serves, move.from is
+	// leaving.
+	Move *Move `protobuf:"bytes,6,opt,name=move,proto3" json:"move,omitempty"`
+	// leaving: replicas that completed moves replaced, still in the chain
+	// until it has its table's replicas serving besides them (or they die).
+	Leaving       []uint32 `protobuf:"varint,7,rep,packed,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -296,6 +313,81 @@ func (x *Chain) GetStates() []TargetState {
 	return nil
 }
 
+func (x *Chain) GetMove() *Move {
+	if x != nil {
+		return x.Move
+	}
+	return nil
+}
+
+func (x *Chain) GetLeaving() []uint32 {
+	if x != nil {
+		return x.Leaving
+	}
+	return nil
+}
+
+// Move replaces one replica of a chain with another target.
+type Move struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Chain         uint32                 `protobuf:"varint,1,opt,name=chain,proto3" json:"chain,omitempty"`
+	From          uint32                 `protobuf:"varint,2,opt,name=from,proto3" json:"from,omitempty"` // the replica that leaves once to serves
+	To            uint32                 `protobuf:"varint,3,opt,name=to,proto3" json:"to,omitempty"`     // its replacement
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Move) Reset() {
+	*x = Move{}
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Move) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Move) ProtoMessage() {}
+
+func (x *Move) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Move.ProtoReflect.Descriptor instead.
+func (*Move) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Move) GetChain() uint32 {
+	if x != nil {
+		return x.Chain
+	}
+	return 0
+}
+
+func (x *Move) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *Move) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
 type ChainTable struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            uint32                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -307,7 +399,7 @@ type ChainTable struct {
 
 func (x *ChainTable) Reset() {
 	*x = ChainTable{}
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[3]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -319,7 +411,7 @@ func (x *ChainTable) String() string {
 func (*ChainTable) ProtoMessage() {}
 
 func (x *ChainTable) ProtoReflect() protoreflect.Message {
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[3]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -332,7 +424,7 @@ func (x *ChainTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChainTable.ProtoReflect.Descriptor instead.
 func (*ChainTable) Descriptor() ([]byte, []int) {
-	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{3}
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ChainTable) GetId() uint32 {
@@ -358,19 +450,24 @@ func (x *ChainTable) GetReplicas() uint32 {
 
 // ClusterMap is the whole map; version goes up with every change.
 type ClusterMap struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Nodes         []*Node                `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Targets       []*Target              `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
-	Chains        []*Chain               `protobuf:"bytes,4,rep,name=chains,proto3" json:"chains,omitempty"`
-	Tables        []*ChainTable          `protobuf:"bytes,5,rep,name=tables,proto3" json:"tables,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version uint64                 `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Nodes   []*Node                `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Targets []*Target              `protobuf:"bytes,3,rep,name=targets,proto3" json:"targets,omitempty"`
+	Chains  []*Chain               `protobuf:"bytes,4,rep,name=chains,proto3" json:"chains,omitempty"`
+	Tables  []*ChainTable          `protobuf:"bytes,5,rep,name=tables,proto3" json:"tables,omitempty"`
+	// rebalance: an operator asked for chains to be spread evenly over the
+	// targets (sluice admin rebalance); it ends once they are.
+	Rebalance      bool   `protobuf:"varint,6,opt,name=rebalance,proto3" json:"rebalance,omitempty"`
+	MovesDone      uint64 `protobuf:"varint,7,opt,name=moves_done,json=movesDone,proto3" json:"moves_done,omitempty"`                // replica moves completed, ever
+	MovesCancelled uint64 `protobuf:"varint,8,opt,name=moves_cancelled,json=movesCancelled,proto3" json:"moves_cancelled,omitempty"` // moves whose new replica died first, ever
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ClusterMap) Reset() {
 	*x = ClusterMap{}
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[4]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -382,7 +479,7 @@ func (x *ClusterMap) String() string {
 func (*ClusterMap) ProtoMessage() {}
 
 func (x *ClusterMap) ProtoReflect() protoreflect.Message {
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[4]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -395,7 +492,7 @@ func (x *ClusterMap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClusterMap.ProtoReflect.Descriptor instead.
 func (*ClusterMap) Descriptor() ([]byte, []int) {
-	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{4}
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ClusterMap) GetVersion() uint64 {
@@ -433,6 +530,27 @@ func (x *ClusterMap) GetTables() []*ChainTable {
 	return nil
 }
 
+func (x *ClusterMap) GetRebalance() bool {
+	if x != nil {
+		return x.Rebalance
+	}
+	return false
+}
+
+func (x *ClusterMap) GetMovesDone() uint64 {
+	if x != nil {
+		return x.MovesDone
+	}
+	return 0
+}
+
+func (x *ClusterMap) GetMovesCancelled() uint64 {
+	if x != nil {
+		return x.MovesCancelled
+	}
+	return 0
+}
+
 // Command changes the map (carried inside the metadata group's commands).
 type Command struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -444,6 +562,10 @@ type Command struct {
 	//	*Command_TargetRejoin
 	//	*Command_TargetSynced
 	//	*Command_TargetFull
+	//	*Command_MoveReplica
+	//	*Command_SetDraining
+	//	*Command_SetRebalance
+	//	*Command_RetireTargets
 	Op            isCommand_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -451,7 +573,7 @@ type Command struct {
 
 func (x *Command) Reset() {
 	*x = Command{}
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[5]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -463,7 +585,7 @@ func (x *Command) String() string {
 func (*Command) ProtoMessage() {}
 
 func (x *Command) ProtoReflect() protoreflect.Message {
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[5]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -476,7 +598,7 @@ func (x *Command) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Command.ProtoReflect.Descriptor instead.
 func (*Command) Descriptor() ([]byte, []int) {
-	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{5}
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Command) GetOp() isCommand_Op {
@@ -540,6 +662,42 @@ func (x *Command) GetTargetFull() *TargetFull {
 	return nil
 }
 
+func (x *Command) GetMoveReplica() *Move {
+	if x != nil {
+		if x, ok := x.Op.(*Command_MoveReplica); ok {
+			return x.MoveReplica
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetDraining() *SetDraining {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetDraining); ok {
+			return x.SetDraining
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetSetRebalance() *SetRebalance {
+	if x != nil {
+		if x, ok := x.Op.(*Command_SetRebalance); ok {
+			return x.SetRebalance
+		}
+	}
+	return nil
+}
+
+func (x *Command) GetRetireTargets() *RetireTargets {
+	if x != nil {
+		if x, ok := x.Op.(*Command_RetireTargets); ok {
+			return x.RetireTargets
+		}
+	}
+	return nil
+}
+
 type isCommand_Op interface {
 	isCommand_Op()
 }
@@ -568,6 +726,22 @@ type Command_TargetFull struct {
 	TargetFull *TargetFull `protobuf:"bytes,6,opt,name=target_full,json=targetFull,proto3,oneof"` // a target's disk filled up, or has room again
 }
 
+type Command_MoveReplica struct {
+	MoveReplica *Move `protobuf:"bytes,7,opt,name=move_replica,json=moveReplica,proto3,oneof"` // start a replica move
+}
+
+type Command_SetDraining struct {
+	SetDraining *SetDraining `protobuf:"bytes,8,opt,name=set_draining,json=setDraining,proto3,oneof"` // drain targets, or stop draining them
+}
+
+type Command_SetRebalance struct {
+	SetRebalance *SetRebalance `protobuf:"bytes,9,opt,name=set_rebalance,json=setRebalance,proto3,oneof"`
+}
+
+type Command_RetireTargets struct {
+	RetireTargets *RetireTargets `protobuf:"bytes,10,opt,name=retire_targets,json=retireTargets,proto3,oneof"` // forget drained targets
+}
+
 func (*Command_RegisterNode) isCommand_Op() {}
 
 func (*Command_CreateTable) isCommand_Op() {}
@@ -580,6 +754,14 @@ func (*Command_TargetSynced) isCommand_Op() {}
 
 func (*Command_TargetFull) isCommand_Op() {}
 
+func (*Command_MoveReplica) isCommand_Op() {}
+
+func (*Command_SetDraining) isCommand_Op() {}
+
+func (*Command_SetRebalance) isCommand_Op() {}
+
+func (*Command_RetireTargets) isCommand_Op() {}
+
 type RegisterNode struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Node          *Node                  `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
@@ -590,7 +772,7 @@ type RegisterNode struct {
 
 func (x *RegisterNode) Reset() {
 	*x = RegisterNode{}
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[6]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +784,7 @@ func (x *RegisterNode) String() string {
 func (*RegisterNode) ProtoMessage() {}
 
 func (x *RegisterNode) ProtoReflect() protoreflect.Message {
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[6]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +797,7 @@ func (x *RegisterNode) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterNode.ProtoReflect.Descriptor instead.
 func (*RegisterNode) Descriptor() ([]byte, []int) {
-	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{6}
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RegisterNode) GetNode() *Node {
@@ -649,7 +831,7 @@ type CreateChainTable struct {
 
 func (x *CreateChainTable) Reset() {
 	*x = CreateChainTable{}
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[7]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +843,7 @@ func (x *CreateChainTable) String() string {
 func (*CreateChainTable) ProtoMessage() {}
 
 func (x *CreateChainTable) ProtoReflect() protoreflect.Message {
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[7]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +856,7 @@ func (x *CreateChainTable) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateChainTable.ProtoReflect.Descriptor instead.
 func (*CreateChainTable) Descriptor() ([]byte, []int) {
-	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{7}
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateChainTable) GetTable() uint32 {
@@ -718,7 +900,7 @@ type TargetSynced struct {
 
 func (x *TargetSynced) Reset() {
 	*x = TargetSynced{}
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[8]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -730,7 +912,7 @@ func (x *TargetSynced) String() string {
 func (*TargetSynced) ProtoMessage() {}
 
 func (x *TargetSynced) ProtoReflect() protoreflect.Message {
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[8]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -743,7 +925,7 @@ func (x *TargetSynced) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetSynced.ProtoReflect.Descriptor instead.
 func (*TargetSynced) Descriptor() ([]byte, []int) {
-	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{8}
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TargetSynced) GetChain() uint32 {
@@ -777,7 +959,7 @@ type TargetFull struct {
 
 func (x *TargetFull) Reset() {
 	*x = TargetFull{}
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[9]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -789,7 +971,7 @@ func (x *TargetFull) String() string {
 func (*TargetFull) ProtoMessage() {}
 
 func (x *TargetFull) ProtoReflect() protoreflect.Message {
-	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[9]
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -802,7 +984,7 @@ func (x *TargetFull) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetFull.ProtoReflect.Descriptor instead.
 func (*TargetFull) Descriptor() ([]byte, []int) {
-	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{9}
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TargetFull) GetTarget() uint32 {
@@ -819,6 +1001,148 @@ func (x *TargetFull) GetFull() bool {
 	return false
 }
 
+type SetDraining struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Targets       []uint32               `protobuf:"varint,1,rep,packed,name=targets,proto3" json:"targets,omitempty"`
+	Draining      bool                   `protobuf:"varint,2,opt,name=draining,proto3" json:"draining,omitempty"` // false: undrain
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDraining) Reset() {
+	*x = SetDraining{}
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDraining) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDraining) ProtoMessage() {}
+
+func (x *SetDraining) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDraining.ProtoReflect.Descriptor instead.
+func (*SetDraining) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *SetDraining) GetTargets() []uint32 {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *SetDraining) GetDraining() bool {
+	if x != nil {
+		return x.Draining
+	}
+	return false
+}
+
+// RetireTargets removes drained targets (draining, in no chain) from the
+// map, and their nodes once they have none left.
+type RetireTargets struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Targets       []uint32               `protobuf:"varint,1,rep,packed,name=targets,proto3" json:"targets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetireTargets) Reset() {
+	*x = RetireTargets{}
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetireTargets) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetireTargets) ProtoMessage() {}
+
+func (x *RetireTargets) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetireTargets.ProtoReflect.Descriptor instead.
+func (*RetireTargets) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *RetireTargets) GetTargets() []uint32 {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+type SetRebalance struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	On            bool                   `protobuf:"varint,1,opt,name=on,proto3" json:"on,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetRebalance) Reset() {
+	*x = SetRebalance{}
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetRebalance) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetRebalance) ProtoMessage() {}
+
+func (x *SetRebalance) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_mgmtd_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetRebalance.ProtoReflect.Descriptor instead.
+func (*SetRebalance) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_mgmtd_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetRebalance) GetOn() bool {
+	if x != nil {
+		return x.On
+	}
+	return false
+}
+
 var File_mgmtd_v1_mgmtd_proto protoreflect.FileDescriptor
 
 const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
@@ -827,31 +1151,42 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
-	"\x04rack\x18\x03 \x01(\tR\x04rack\"\x92\x01\n" +
+	"\x04rack\x18\x03 \x01(\tR\x04rack\"\xae\x01\n" +
 	"\x06Target\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x122\n" +
 	"\x05state\x18\x03 \x01(\x0e2\x1c.sluice.mgmtd.v1.TargetStateR\x05state\x12\x16\n" +
 	"\x06chains\x18\x04 \x03(\rR\x06chains\x12\x12\n" +
-	"\x04full\x18\x06 \x01(\bR\x04fullJ\x04\b\x05\x10\x06\"\x97\x01\n" +
+	"\x04full\x18\x06 \x01(\bR\x04full\x12\x1a\n" +
+	"\bdraining\x18\a \x01(\bR\bdrainingJ\x04\b\x05\x10\x06\"\xdc\x01\n" +
 	"\x05Chain\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x18\n" +
 	"\atargets\x18\x03 \x03(\rR\atargets\x12\x14\n" +
 	"\x05table\x18\x04 \x01(\rR\x05table\x124\n" +
-	"\x06states\x18\x05 \x03(\x0e2\x1c.sluice.mgmtd.v1.TargetStateR\x06states\"P\n" +
+	"\x06states\x18\x05 \x03(\x0e2\x1c.sluice.mgmtd.v1.TargetStateR\x06states\x12)\n" +
+	"\x04move\x18\x06 \x01(\v2\x15.sluice.mgmtd.v1.MoveR\x04move\x12\x18\n" +
+	"\aleaving\x18\a \x03(\rR\aleaving\"@\n" +
+	"\x04Move\x12\x14\n" +
+	"\x05chain\x18\x01 \x01(\rR\x05chain\x12\x12\n" +
+	"\x04from\x18\x02 \x01(\rR\x04from\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\rR\x02to\"P\n" +
 	"\n" +
 	"ChainTable\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\rR\x02id\x12\x16\n" +
 	"\x06chains\x18\x02 \x03(\rR\x06chains\x12\x1a\n" +
-	"\breplicas\x18\x03 \x01(\rR\breplicas\"\xeb\x01\n" +
+	"\breplicas\x18\x03 \x01(\rR\breplicas\"\xd1\x02\n" +
 	"\n" +
 	"ClusterMap\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12+\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x15.sluice.mgmtd.v1.NodeR\x05nodes\x121\n" +
 	"\atargets\x18\x03 \x03(\v2\x17.sluice.mgmtd.v1.TargetR\atargets\x12.\n" +
 	"\x06chains\x18\x04 \x03(\v2\x16.sluice.mgmtd.v1.ChainR\x06chains\x123\n" +
-	"\x06tables\x18\x05 \x03(\v2\x1b.sluice.mgmtd.v1.ChainTableR\x06tables\"\xf3\x02\n" +
+	"\x06tables\x18\x05 \x03(\v2\x1b.sluice.mgmtd.v1.ChainTableR\x06tables\x12\x1c\n" +
+	"\trebalance\x18\x06 \x01(\bR\trebalance\x12\x1d\n" +
+	"\n" +
+	"moves_done\x18\a \x01(\x04R\tmovesDone\x12'\n" +
+	"\x0fmoves_cancelled\x18\b \x01(\x04R\x0emovesCancelled\"\x81\x05\n" +
 	"\aCommand\x12D\n" +
 	"\rregister_node\x18\x01 \x01(\v2\x1d.sluice.mgmtd.v1.RegisterNodeH\x00R\fregisterNode\x12F\n" +
 	"\fcreate_table\x18\x02 \x01(\v2!.sluice.mgmtd.v1.CreateChainTableH\x00R\vcreateTable\x12'\n" +
@@ -859,7 +1194,12 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\rtarget_rejoin\x18\x04 \x01(\rH\x00R\ftargetRejoin\x12D\n" +
 	"\rtarget_synced\x18\x05 \x01(\v2\x1d.sluice.mgmtd.v1.TargetSyncedH\x00R\ftargetSynced\x12>\n" +
 	"\vtarget_full\x18\x06 \x01(\v2\x1b.sluice.mgmtd.v1.TargetFullH\x00R\n" +
-	"targetFullB\x04\n" +
+	"targetFull\x12:\n" +
+	"\fmove_replica\x18\a \x01(\v2\x15.sluice.mgmtd.v1.MoveH\x00R\vmoveReplica\x12A\n" +
+	"\fset_draining\x18\b \x01(\v2\x1c.sluice.mgmtd.v1.SetDrainingH\x00R\vsetDraining\x12D\n" +
+	"\rset_rebalance\x18\t \x01(\v2\x1d.sluice.mgmtd.v1.SetRebalanceH\x00R\fsetRebalance\x12G\n" +
+	"\x0eretire_targets\x18\n" +
+	" \x01(\v2\x1e.sluice.mgmtd.v1.RetireTargetsH\x00R\rretireTargetsB\x04\n" +
 	"\x02op\"S\n" +
 	"\fRegisterNode\x12)\n" +
 	"\x04node\x18\x01 \x01(\v2\x15.sluice.mgmtd.v1.NodeR\x04node\x12\x18\n" +
@@ -876,7 +1216,14 @@ const file_mgmtd_v1_mgmtd_proto_rawDesc = "" +
 	"\n" +
 	"TargetFull\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\rR\x06target\x12\x12\n" +
-	"\x04full\x18\x02 \x01(\bR\x04full*R\n" +
+	"\x04full\x18\x02 \x01(\bR\x04full\"C\n" +
+	"\vSetDraining\x12\x18\n" +
+	"\atargets\x18\x01 \x03(\rR\atargets\x12\x1a\n" +
+	"\bdraining\x18\x02 \x01(\bR\bdraining\")\n" +
+	"\rRetireTargets\x12\x18\n" +
+	"\atargets\x18\x01 \x03(\rR\atargets\"\x1e\n" +
+	"\fSetRebalance\x12\x0e\n" +
+	"\x02on\x18\x01 \x01(\bR\x02on*R\n" +
 	"\vTargetState\x12\x1c\n" +
 	"\x18TARGET_STATE_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aSERVING\x10\x01\x12\v\n" +
@@ -896,37 +1243,46 @@ func file_mgmtd_v1_mgmtd_proto_rawDescGZIP() []byte {
 }
 
 var file_mgmtd_v1_mgmtd_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_mgmtd_v1_mgmtd_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_mgmtd_v1_mgmtd_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_mgmtd_v1_mgmtd_proto_goTypes = []any{
 	(TargetState)(0),         // 0: sluice.mgmtd.v1.TargetState
 	(*Node)(nil),             // 1: sluice.mgmtd.v1.Node
 	(*Target)(nil),           // 2: sluice.mgmtd.v1.Target
 	(*Chain)(nil),            // 3: sluice.mgmtd.v1.Chain
-	(*ChainTable)(nil),       // 4: sluice.mgmtd.v1.ChainTable
-	(*ClusterMap)(nil),       // 5: sluice.mgmtd.v1.ClusterMap
-	(*Command)(nil),          // 6: sluice.mgmtd.v1.Command
-	(*RegisterNode)(nil),     // 7: sluice.mgmtd.v1.RegisterNode
-	(*CreateChainTable)(nil), // 8: sluice.mgmtd.v1.CreateChainTable
-	(*TargetSynced)(nil),     // 9: sluice.mgmtd.v1.TargetSynced
-	(*TargetFull)(nil),       // 10: sluice.mgmtd.v1.TargetFull
+	(*Move)(nil),             // 4: sluice.mgmtd.v1.Move
+	(*ChainTable)(nil),       // 5: sluice.mgmtd.v1.ChainTable
+	(*ClusterMap)(nil),       // 6: sluice.mgmtd.v1.ClusterMap
+	(*Command)(nil),          // 7: sluice.mgmtd.v1.Command
+	(*RegisterNode)(nil),     // 8: sluice.mgmtd.v1.RegisterNode
+	(*CreateChainTable)(nil), // 9: sluice.mgmtd.v1.CreateChainTable
+	(*TargetSynced)(nil),     // 10: sluice.mgmtd.v1.TargetSynced
+	(*TargetFull)(nil),       // 11: sluice.mgmtd.v1.TargetFull
+	(*SetDraining)(nil),      // 12: sluice.mgmtd.v1.SetDraining
+	(*RetireTargets)(nil),    // 13: sluice.mgmtd.v1.RetireTargets
+	(*SetRebalance)(nil),     // 14: sluice.mgmtd.v1.SetRebalance
 }
 var file_mgmtd_v1_mgmtd_proto_depIdxs = []int32{
 	0,  // 0: sluice.mgmtd.v1.Target.state:type_name -> sluice.mgmtd.v1.TargetState
 	0,  // 1: sluice.mgmtd.v1.Chain.states:type_name -> sluice.mgmtd.v1.TargetState
-	1,  // 2: sluice.mgmtd.v1.ClusterMap.nodes:type_name -> sluice.mgmtd.v1.Node
-	2,  // 3: sluice.mgmtd.v1.ClusterMap.targets:type_name -> sluice.mgmtd.v1.Target
-	3,  // 4: sluice.mgmtd.v1.ClusterMap.chains:type_name -> sluice.mgmtd.v1.Chain
-	4,  // 5: sluice.mgmtd.v1.ClusterMap.tables:type_name -> sluice.mgmtd.v1.ChainTable
-	7,  // 6: sluice.mgmtd.v1.Command.register_node:type_name -> sluice.mgmtd.v1.RegisterNode
-	8,  // 7: sluice.mgmtd.v1.Command.create_table:type_name -> sluice.mgmtd.v1.CreateChainTable
-	9,  // 8: sluice.mgmtd.v1.Command.target_synced:type_name -> sluice.mgmtd.v1.TargetSynced
-	10, // 9: sluice.mgmtd.v1.Command.target_full:type_name -> sluice.mgmtd.v1.TargetFull
-	1,  // 10: sluice.mgmtd.v1.RegisterNode.node:type_name -> sluice.mgmtd.v1.Node
-	11, // [11:11] is the sub-list for method output_type
-	11, // [11:11] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	4,  // 2: sluice.mgmtd.v1.Chain.move:type_name -> sluice.mgmtd.v1.Move
+	1,  // 3: sluice.mgmtd.v1.ClusterMap.nodes:type_name -> sluice.mgmtd.v1.Node
+	2,  // 4: sluice.mgmtd.v1.ClusterMap.targets:type_name -> sluice.mgmtd.v1.Target
+	3,  // 5: sluice.mgmtd.v1.ClusterMap.chains:type_name -> sluice.mgmtd.v1.Chain
+	5,  // 6: sluice.mgmtd.v1.ClusterMap.tables:type_name -> sluice.mgmtd.v1.ChainTable
+	8,  // 7: sluice.mgmtd.v1.Command.register_node:type_name -> sluice.mgmtd.v1.RegisterNode
+	9,  // 8: sluice.mgmtd.v1.Command.create_table:type_name -> sluice.mgmtd.v1.CreateChainTable
+	10, // 9: sluice.mgmtd.v1.Command.target_synced:type_name -> sluice.mgmtd.v1.TargetSynced
+	11, // 10: sluice.mgmtd.v1.Command.target_full:type_name -> sluice.mgmtd.v1.TargetFull
+	4,  // 11: sluice.mgmtd.v1.Command.move_replica:type_name -> sluice.mgmtd.v1.Move
+	12, // 12: sluice.mgmtd.v1.Command.set_draining:type_name -> sluice.mgmtd.v1.SetDraining
+	14, // 13: sluice.mgmtd.v1.Command.set_rebalance:type_name -> sluice.mgmtd.v1.SetRebalance
+	13, // 14: sluice.mgmtd.v1.Command.retire_targets:type_name -> sluice.mgmtd.v1.RetireTargets
+	1,  // 15: sluice.mgmtd.v1.RegisterNode.node:type_name -> sluice.mgmtd.v1.Node
+	16, // [16:16] is the sub-list for method output_type
+	16, // [16:16] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_mgmtd_v1_mgmtd_proto_init() }
@@ -934,13 +1290,17 @@ func file_mgmtd_v1_mgmtd_proto_init() {
 	if File_mgmtd_v1_mgmtd_proto != nil {
 		return
 	}
-	file_mgmtd_v1_mgmtd_proto_msgTypes[5].OneofWrappers = []any{
+	file_mgmtd_v1_mgmtd_proto_msgTypes[6].OneofWrappers = []any{
 		(*Command_RegisterNode)(nil),
 		(*Command_CreateTable)(nil),
 		(*Command_TargetOffline)(nil),
 		(*Command_TargetRejoin)(nil),
 		(*Command_TargetSynced)(nil),
 		(*Command_TargetFull)(nil),
+		(*Command_MoveReplica)(nil),
+		(*Command_SetDraining)(nil),
+		(*Command_SetRebalance)(nil),
+		(*Command_RetireTargets)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -948,7 +1308,7 @@ func file_mgmtd_v1_mgmtd_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mgmtd_v1_mgmtd_proto_rawDesc), len(file_mgmtd_v1_mgmtd_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   10,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

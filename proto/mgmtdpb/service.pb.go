@@ -237,6 +237,204 @@ func (x *TargetSpace) GetFreeBytes() uint64 {
 	return 0
 }
 
+type DrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []string               `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`             // every target of these storage nodes
+	Targets       []uint32               `protobuf:"varint,2,rep,packed,name=targets,proto3" json:"targets,omitempty"` // and these targets
+	Undrain       bool                   `protobuf:"varint,3,opt,name=undrain,proto3" json:"undrain,omitempty"`        // stop draining them instead (Drain only)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_mgmtd_v1_service_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_service_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_service_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DrainRequest) GetNodes() []string {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+func (x *DrainRequest) GetTargets() []uint32 {
+	if x != nil {
+		return x.Targets
+	}
+	return nil
+}
+
+func (x *DrainRequest) GetUndrain() bool {
+	if x != nil {
+		return x.Undrain
+	}
+	return false
+}
+
+type RebalanceRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Stop          bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"` // end the rebalance (moves in flight finish)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RebalanceRequest) Reset() {
+	*x = RebalanceRequest{}
+	mi := &file_mgmtd_v1_service_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RebalanceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RebalanceRequest) ProtoMessage() {}
+
+func (x *RebalanceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_service_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RebalanceRequest.ProtoReflect.Descriptor instead.
+func (*RebalanceRequest) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_service_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *RebalanceRequest) GetStop() bool {
+	if x != nil {
+		return x.Stop
+	}
+	return false
+}
+
+// MoveProgress is where replica moves stand.
+type MoveProgress struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Done      uint64                 `protobuf:"varint,1,opt,name=done,proto3" json:"done,omitempty"`                        // moves completed, ever
+	Cancelled uint64                 `protobuf:"varint,2,opt,name=cancelled,proto3" json:"cancelled,omitempty"`              // moves whose new replica died first, ever
+	InFlight  []*Move                `protobuf:"bytes,3,rep,name=in_flight,json=inFlight,proto3" json:"in_flight,omitempty"` // moves under way
+	ToGo      uint32                 `protobuf:"varint,4,opt,name=to_go,json=toGo,proto3" json:"to_go,omitempty"`            // moves still needed, not yet started
+	Rebalance bool                   `protobuf:"varint,5,opt,name=rebalance,proto3" json:"rebalance,omitempty"`              // a rebalance is on
+	Draining  []uint32               `protobuf:"varint,6,rep,packed,name=draining,proto3" json:"draining,omitempty"`         // draining targets
+	// drained: draining targets in no chain any more, safe to stop.
+	Drained       []uint32 `protobuf:"varint,7,rep,packed,name=drained,proto3" json:"drained,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveProgress) Reset() {
+	*x = MoveProgress{}
+	mi := &file_mgmtd_v1_service_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveProgress) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveProgress) ProtoMessage() {}
+
+func (x *MoveProgress) ProtoReflect() protoreflect.Message {
+	mi := &file_mgmtd_v1_service_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveProgress.ProtoReflect.Descriptor instead.
+func (*MoveProgress) Descriptor() ([]byte, []int) {
+	return file_mgmtd_v1_service_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *MoveProgress) GetDone() uint64 {
+	if x != nil {
+		return x.Done
+	}
+	return 0
+}
+
+func (x *MoveProgress) GetCancelled() uint64 {
+	if x != nil {
+		return x.Cancelled
+	}
+	return 0
+}
+
+func (x *MoveProgress) GetInFlight() []*Move {
+	if x != nil {
+		return x.InFlight
+	}
+	return nil
+}
+
+func (x *MoveProgress) GetToGo() uint32 {
+	if x != nil {
+		return x.ToGo
+	}
+	return 0
+}
+
+func (x *MoveProgress) GetRebalance() bool {
+	if x != nil {
+		return x.Rebalance
+	}
+	return false
+}
+
+func (x *MoveProgress) GetDraining() []uint32 {
+	if x != nil {
+		return x.Draining
+	}
+	return nil
+}
+
+func (x *MoveProgress) GetDrained() []uint32 {
+	if x != nil {
+		return x.Drained
+	}
+	return nil
+}
+
 var File_mgmtd_v1_service_proto protoreflect.FileDescriptor
 
 const file_mgmtd_v1_service_proto_rawDesc = "" +
@@ -256,14 +454,32 @@ const file_mgmtd_v1_service_proto_rawDesc = "" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +
 	"totalBytes\x12\x1d\n" +
 	"\n" +
-	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes2\xbc\x03\n" +
+	"free_bytes\x18\x03 \x01(\x04R\tfreeBytes\"X\n" +
+	"\fDrainRequest\x12\x14\n" +
+	"\x05nodes\x18\x01 \x03(\tR\x05nodes\x12\x18\n" +
+	"\atargets\x18\x02 \x03(\rR\atargets\x12\x18\n" +
+	"\aundrain\x18\x03 \x01(\bR\aundrain\"&\n" +
+	"\x10RebalanceRequest\x12\x12\n" +
+	"\x04stop\x18\x01 \x01(\bR\x04stop\"\xdd\x01\n" +
+	"\fMoveProgress\x12\x12\n" +
+	"\x04done\x18\x01 \x01(\x04R\x04done\x12\x1c\n" +
+	"\tcancelled\x18\x02 \x01(\x04R\tcancelled\x122\n" +
+	"\tin_flight\x18\x03 \x03(\v2\x15.sluice.mgmtd.v1.MoveR\binFlight\x12\x13\n" +
+	"\x05to_go\x18\x04 \x01(\rR\x04toGo\x12\x1c\n" +
+	"\trebalance\x18\x05 \x01(\bR\trebalance\x12\x1a\n" +
+	"\bdraining\x18\x06 \x03(\rR\bdraining\x12\x18\n" +
+	"\adrained\x18\a \x03(\rR\adrained2\xda\x05\n" +
 	"\x05Mgmtd\x12A\n" +
 	"\bRegister\x12\x1d.sluice.mgmtd.v1.RegisterNode\x1a\x16.sluice.mgmtd.v1.Empty\x12O\n" +
 	"\tHeartbeat\x12!.sluice.mgmtd.v1.HeartbeatRequest\x1a\x1f.sluice.mgmtd.v1.HeartbeatReply\x12E\n" +
 	"\fReportSynced\x12\x1d.sluice.mgmtd.v1.TargetSynced\x1a\x16.sluice.mgmtd.v1.Empty\x12H\n" +
 	"\vCreateTable\x12!.sluice.mgmtd.v1.CreateChainTable\x1a\x16.sluice.mgmtd.v1.Empty\x12D\n" +
 	"\rGetClusterMap\x12\x16.sluice.mgmtd.v1.Empty\x1a\x1b.sluice.mgmtd.v1.ClusterMap\x12H\n" +
-	"\x0fWatchClusterMap\x12\x16.sluice.mgmtd.v1.Empty\x1a\x1b.sluice.mgmtd.v1.ClusterMap0\x01B*Z(github.com/sluicefs/sluice/proto/mgmtdpbb\x06proto3"
+	"\x0fWatchClusterMap\x12\x16.sluice.mgmtd.v1.Empty\x1a\x1b.sluice.mgmtd.v1.ClusterMap0\x01\x12E\n" +
+	"\x05Drain\x12\x1d.sluice.mgmtd.v1.DrainRequest\x1a\x1d.sluice.mgmtd.v1.MoveProgress\x12M\n" +
+	"\tRebalance\x12!.sluice.mgmtd.v1.RebalanceRequest\x1a\x1d.sluice.mgmtd.v1.MoveProgress\x12F\n" +
+	"\x06Retire\x12\x1d.sluice.mgmtd.v1.DrainRequest\x1a\x1d.sluice.mgmtd.v1.MoveProgress\x12>\n" +
+	"\x05Moves\x12\x16.sluice.mgmtd.v1.Empty\x1a\x1d.sluice.mgmtd.v1.MoveProgressB*Z(github.com/sluicefs/sluice/proto/mgmtdpbb\x06proto3"
 
 var (
 	file_mgmtd_v1_service_proto_rawDescOnce sync.Once
@@ -277,36 +493,49 @@ func file_mgmtd_v1_service_proto_rawDescGZIP() []byte {
 	return file_mgmtd_v1_service_proto_rawDescData
 }
 
-var file_mgmtd_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_mgmtd_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_mgmtd_v1_service_proto_goTypes = []any{
 	(*Empty)(nil),            // 0: sluice.mgmtd.v1.Empty
 	(*HeartbeatRequest)(nil), // 1: sluice.mgmtd.v1.HeartbeatRequest
 	(*HeartbeatReply)(nil),   // 2: sluice.mgmtd.v1.HeartbeatReply
 	(*TargetSpace)(nil),      // 3: sluice.mgmtd.v1.TargetSpace
-	(*RegisterNode)(nil),     // 4: sluice.mgmtd.v1.RegisterNode
-	(*TargetSynced)(nil),     // 5: sluice.mgmtd.v1.TargetSynced
-	(*CreateChainTable)(nil), // 6: sluice.mgmtd.v1.CreateChainTable
-	(*ClusterMap)(nil),       // 7: sluice.mgmtd.v1.ClusterMap
+	(*DrainRequest)(nil),     // 4: sluice.mgmtd.v1.DrainRequest
+	(*RebalanceRequest)(nil), // 5: sluice.mgmtd.v1.RebalanceRequest
+	(*MoveProgress)(nil),     // 6: sluice.mgmtd.v1.MoveProgress
+	(*Move)(nil),             // 7: sluice.mgmtd.v1.Move
+	(*RegisterNode)(nil),     // 8: sluice.mgmtd.v1.RegisterNode
+	(*TargetSynced)(nil),     // 9: sluice.mgmtd.v1.TargetSynced
+	(*CreateChainTable)(nil), // 10: sluice.mgmtd.v1.CreateChainTable
+	(*ClusterMap)(nil),       // 11: sluice.mgmtd.v1.ClusterMap
 }
 var file_mgmtd_v1_service_proto_depIdxs = []int32{
-	3, // 0: sluice.mgmtd.v1.HeartbeatRequest.space:type_name -> sluice.mgmtd.v1.TargetSpace
-	4, // 1: sluice.mgmtd.v1.Mgmtd.Register:input_type -> sluice.mgmtd.v1.RegisterNode
-	1, // 2: sluice.mgmtd.v1.Mgmtd.Heartbeat:input_type -> sluice.mgmtd.v1.HeartbeatRequest
-	5, // 3: sluice.mgmtd.v1.Mgmtd.ReportSynced:input_type -> sluice.mgmtd.v1.TargetSynced
-	6, // 4: sluice.mgmtd.v1.Mgmtd.CreateTable:input_type -> sluice.mgmtd.v1.CreateChainTable
-	0, // 5: sluice.mgmtd.v1.Mgmtd.GetClusterMap:input_type -> sluice.mgmtd.v1.Empty
-	0, // 6: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:input_type -> sluice.mgmtd.v1.Empty
-	0, // 7: sluice.mgmtd.v1.Mgmtd.Register:output_type -> sluice.mgmtd.v1.Empty
-	2, // 8: sluice.mgmtd.v1.Mgmtd.Heartbeat:output_type -> sluice.mgmtd.v1.HeartbeatReply
-	0, // 9: sluice.mgmtd.v1.Mgmtd.ReportSynced:output_type -> sluice.mgmtd.v1.Empty
-	0, // 10: sluice.mgmtd.v1.Mgmtd.CreateTable:output_type -> sluice.mgmtd.v1.Empty
-	7, // 11: sluice.mgmtd.v1.Mgmtd.GetClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
-	7, // 12: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
-	7, // [7:13] is the sub-list for method output_type
-	1, // [1:7] is the sub-list for method input_type
-	1, // [1:1] is the sub-list for extension type_name
-	1, // [1:1] is the sub-list for extension extendee
-	0, // [0:1] is the sub-list for field type_name
+	3,  // 0: sluice.mgmtd.v1.HeartbeatRequest.space:type_name -> sluice.mgmtd.v1.TargetSpace
+	7,  // 1: sluice.mgmtd.v1.MoveProgress.in_flight:type_name -> sluice.mgmtd.v1.Move
+	8,  // 2: sluice.mgmtd.v1.Mgmtd.Register:input_type -> sluice.mgmtd.v1.RegisterNode
+	1,  // 3: sluice.mgmtd.v1.Mgmtd.Heartbeat:input_type -> sluice.mgmtd.v1.HeartbeatRequest
+	9,  // 4: sluice.mgmtd.v1.Mgmtd.ReportSynced:input_type -> sluice.mgmtd.v1.TargetSynced
+	10, // 5: sluice.mgmtd.v1.Mgmtd.CreateTable:input_type -> sluice.mgmtd.v1.CreateChainTable
+	0,  // 6: sluice.mgmtd.v1.Mgmtd.GetClusterMap:input_type -> sluice.mgmtd.v1.Empty
+	0,  // 7: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:input_type -> sluice.mgmtd.v1.Empty
+	4,  // 8: sluice.mgmtd.v1.Mgmtd.Drain:input_type -> sluice.mgmtd.v1.DrainRequest
+	5,  // 9: sluice.mgmtd.v1.Mgmtd.Rebalance:input_type -> sluice.mgmtd.v1.RebalanceRequest
+	4,  // 10: sluice.mgmtd.v1.Mgmtd.Retire:input_type -> sluice.mgmtd.v1.DrainRequest
+	0,  // 11: sluice.mgmtd.v1.Mgmtd.Moves:input_type -> sluice.mgmtd.v1.Empty
+	0,  // 12: sluice.mgmtd.v1.Mgmtd.Register:output_type -> sluice.mgmtd.v1.Empty
+	2,  // 13: sluice.mgmtd.v1.Mgmtd.Heartbeat:output_type -> sluice.mgmtd.v1.HeartbeatReply
+	0,  // 14: sluice.mgmtd.v1.Mgmtd.ReportSynced:output_type -> sluice.mgmtd.v1.Empty
+	0,  // 15: sluice.mgmtd.v1.Mgmtd.CreateTable:output_type -> sluice.mgmtd.v1.Empty
+	11, // 16: sluice.mgmtd.v1.Mgmtd.GetClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
+	11, // 17: sluice.mgmtd.v1.Mgmtd.WatchClusterMap:output_type -> sluice.mgmtd.v1.ClusterMap
+	6,  // 18: sluice.mgmtd.v1.Mgmtd.Drain:output_type -> sluice.mgmtd.v1.MoveProgress
+	6,  // 19: sluice.mgmtd.v1.Mgmtd.Rebalance:output_type -> sluice.mgmtd.v1.MoveProgress
+	6,  // 20: sluice.mgmtd.v1.Mgmtd.Retire:output_type -> sluice.mgmtd.v1.MoveProgress
+	6,  // 21: sluice.mgmtd.v1.Mgmtd.Moves:output_type -> sluice.mgmtd.v1.MoveProgress
+	12, // [12:22] is the sub-list for method output_type
+	2,  // [2:12] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_mgmtd_v1_service_proto_init() }
@@ -321,7 +550,7 @@ func file_mgmtd_v1_service_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_mgmtd_v1_service_proto_rawDesc), len(file_mgmtd_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

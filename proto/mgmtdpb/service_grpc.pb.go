@@ -28,6 +28,10 @@ const (
 	Mgmtd_CreateTable_FullMethodName     = "/sluice.mgmtd.v1.Mgmtd/CreateTable"
 	Mgmtd_GetClusterMap_FullMethodName   = "/sluice.mgmtd.v1.Mgmtd/GetClusterMap"
 	Mgmtd_WatchClusterMap_FullMethodName = "/sluice.mgmtd.v1.Mgmtd/WatchClusterMap"
+	Mgmtd_Drain_FullMethodName           = "/sluice.mgmtd.v1.Mgmtd/Drain"
+	Mgmtd_Rebalance_FullMethodName       = "/sluice.mgmtd.v1.Mgmtd/Rebalance"
+	Mgmtd_Retire_FullMethodName          = "/sluice.mgmtd.v1.Mgmtd/Retire"
+	Mgmtd_Moves_FullMethodName           = "/sluice.mgmtd.v1.Mgmtd/Moves"
 )
 
 // MgmtdClient is the client API for Mgmtd service.
@@ -41,6 +45,17 @@ type MgmtdClient interface {
 	GetClusterMap(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*ClusterMap, error)
 	// WatchClusterMap sends the map now and again at every change.
 	WatchClusterMap(ctx context.Context, in *Empty, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ClusterMap], error)
+	// Drain marks targets (or every target of nodes) draining, or no longer
+	// draining: their chains get replacement replicas. Idempotent.
+	Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*MoveProgress, error)
+	// Rebalance starts (or stops) moving replicas until every target holds
+	// within one of the mean number of chains. Idempotent.
+	Rebalance(ctx context.Context, in *RebalanceRequest, opts ...grpc.CallOption) (*MoveProgress, error)
+	// Retire forgets drained targets (or every target of nodes): draining,
+	// in no chain. Retiring what is gone already changes nothing.
+	Retire(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*MoveProgress, error)
+	// Moves reports the replica moves: done, in flight, still to go.
+	Moves(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*MoveProgress, error)
 }
 
 type mgmtdClient struct {
@@ -120,6 +135,46 @@ func (c *mgmtdClient) WatchClusterMap(ctx context.Context, in *Empty, opts ...gr
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Mgmtd_WatchClusterMapClient = grpc.ServerStreamingClient[ClusterMap]
 
+func (c *mgmtdClient) Drain(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*MoveProgress, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveProgress)
+	err := c.cc.Invoke(ctx, Mgmtd_Drain_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mgmtdClient) Rebalance(ctx context.Context, in *RebalanceRequest, opts ...grpc.CallOption) (*MoveProgress, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveProgress)
+	err := c.cc.Invoke(ctx, Mgmtd_Rebalance_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mgmtdClient) Retire(ctx context.Context, in *DrainRequest, opts ...grpc.CallOption) (*MoveProgress, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveProgress)
+	err := c.cc.Invoke(ctx, Mgmtd_Retire_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *mgmtdClient) Moves(ctx context.Context, in *Empty, opts ...grpc.CallOption) (*MoveProgress, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(MoveProgress)
+	err := c.cc.Invoke(ctx, Mgmtd_Moves_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MgmtdServer is the server API for Mgmtd service.
 // All implementations must embed UnimplementedMgmtdServer
 // for forward compatibility.
@@ -131,6 +186,17 @@ type MgmtdServer interface {
 	GetClusterMap(context.Context, *Empty) (*ClusterMap, error)
 	// WatchClusterMap sends the map now and again at every change.
 	WatchClusterMap(*Empty, grpc.ServerStreamingServer[ClusterMap]) error
+	// Drain marks targets (or every target of nodes) draining, or no longer
+	// draining: their chains get replacement replicas. Idempotent.
+	Drain(context.Context, *DrainRequest) (*MoveProgress, error)
+	// Rebalance starts (or stops) moving replicas until every target holds
+	// within one of the mean number of chains. Idempotent.
+	Rebalance(context.Context, *RebalanceRequest) (*MoveProgress, error)
+	// Retire forgets drained targets (or every target of nodes): draining,
+	// in no chain. Retiring what is gone already changes nothing.
+	Retire(context.Context, *DrainRequest) (*MoveProgress, error)
+	// Moves reports the replica moves: done, in flight, still to go.
+	Moves(context.Context, *Empty) (*MoveProgress, error)
 	mustEmbedUnimplementedMgmtdServer()
 }
 
@@ -158,6 +224,18 @@ func (UnimplementedMgmtdServer) GetClusterMap(context.Context, *Empty) (*Cluster
 }
 func (UnimplementedMgmtdServer) WatchClusterMap(*Empty, grpc.ServerStreamingServer[ClusterMap]) error {
 	return status.Error(codes.Unimplemented, "method WatchClusterMap not implemented")
+}
+func (UnimplementedMgmtdServer) Drain(context.Context, *DrainRequest) (*MoveProgress, error) {
+	return nil, status.Error(codes.Unimplemented, "method Drain not implemented")
+}
+func (UnimplementedMgmtdServer) Rebalance(context.Context, *RebalanceRequest) (*MoveProgress, error) {
+	return nil, status.Error(codes.Unimplemented, "method Rebalance not implemented")
+}
+func (UnimplementedMgmtdServer) Retire(context.Context, *DrainRequest) (*MoveProgress, error) {
+	return nil, status.Error(codes.Unimplemented, "method Retire not implemented")
+}
+func (UnimplementedMgmtdServer) Moves(context.Context, *Empty) (*MoveProgress, error) {
+	return nil, status.Error(codes.Unimplemented, "method Moves not implemented")
 }
 func (UnimplementedMgmtdServer) mustEmbedUnimplementedMgmtdServer() {}
 func (UnimplementedMgmtdServer) testEmbeddedByValue()               {}
@@ -281,6 +359,78 @@ func _Mgmtd_WatchClusterMap_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Mgmtd_WatchClusterMapServer = grpc.ServerStreamingServer[ClusterMap]
 
+func _Mgmtd_Drain_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MgmtdServer).Drain(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mgmtd_Drain_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MgmtdServer).Drain(ctx, req.(*DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mgmtd_Rebalance_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RebalanceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MgmtdServer).Rebalance(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mgmtd_Rebalance_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MgmtdServer).Rebalance(ctx, req.(*RebalanceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mgmtd_Retire_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MgmtdServer).Retire(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mgmtd_Retire_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MgmtdServer).Retire(ctx, req.(*DrainRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Mgmtd_Moves_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(Empty)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MgmtdServer).Moves(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Mgmtd_Moves_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MgmtdServer).Moves(ctx, req.(*Empty))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Mgmtd_ServiceDesc is the grpc.ServiceDesc for Mgmtd service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -307,6 +457,22 @@ var Mgmtd_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetClusterMap",
 			Handler:    _Mgmtd_GetClusterMap_Handler,
+		},
+		{
+			MethodName: "Drain",
+			Handler:    _Mgmtd_Drain_Handler,
+		},
+		{
+			MethodName: "Rebalance",
+			Handler:    _Mgmtd_Rebalance_Handler,
+		},
+		{
+			MethodName: "Retire",
+			Handler:    _Mgmtd_Retire_Handler,
+		},
+		{
+			MethodName: "Moves",
+			Handler:    _Mgmtd_Moves_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -87,7 +87,10 @@ type ControlConfig struct {
 	// (default fsmeta.ReadLease; negative: none, for a test whose clients
 	// all start with the cluster).
 	ElectionWait time.Duration
-	Logger       *slog.Logger
+	// Moves throttles replica moves (drain, rebalance); its Logger is
+	// Logger.
+	Moves  mgmtd.PlannerConfig
+	Logger *slog.Logger
 }
 
 // Control is a running control-plane replica.
@@ -146,6 +149,10 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	}
 	det := mgmtd.NewDetector(c.replica, 3*time.Second, cfg.Logger)
 	c.spawn(func() { det.Run(bg) })
+	moves := cfg.Moves
+	moves.Logger = cfg.Logger
+	planner := mgmtd.NewPlanner(c.replica, moves)
+	c.spawn(func() { planner.Run(bg) })
 	c.metrics = meta.NewMetrics(c.replica)
 	if err := c.metrics.Register(det.Metrics()...); err != nil {
 		return fail(err)
@@ -299,6 +306,10 @@ type StorageConfig struct {
 	FabricListen string   // the fabric address (default 127.0.0.1:0)
 	Targets      []uint32 // the node's targets
 	ChunkSize    int      // the largest chunk it must hold (default 4 MiB)
+	// DropLeft is how long a target stays out of a chain a replica move
+	// took it from before the node removes its chunks of that chain
+	// (default 10 minutes; negative: never).
+	DropLeft time.Duration
 	// Local, when set, is a network of this process that the node's TCP
 	// endpoint is attached to (local.Network.Attach).
 	Local  *local.Network
@@ -386,8 +397,11 @@ func StartStorage(ctx context.Context, cfg StorageConfig) (*Storage, error) {
 		}
 		return a.OnSynced(chain, target, chainVer)
 	}
+	if cfg.DropLeft == 0 {
+		cfg.DropLeft = 10 * time.Minute
+	}
 	if s.node, err = storage.NewNode(storage.NodeConfig{Endpoint: s.ep, Routing: late, Targets: targets,
-		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: onSynced, Ready: ready,
+		BufferSize: cfg.ChunkSize, Buffers: 16, Logger: cfg.Logger, OnSynced: onSynced, Ready: ready, DropLeft: cfg.DropLeft,
 		Metrics: prometheus.WrapRegistererWith(prometheus.Labels{"node": cfg.NodeID}, s.reg)}); err != nil {
 		return fail(err)
 	}

@@ -86,12 +86,21 @@ func (c *ClusterMap) Apply(cmd *mgmtdpb.Command) error {
 		err = targetSynced(m, op.TargetSynced)
 	case *mgmtdpb.Command_TargetFull:
 		err = targetFull(m, op.TargetFull)
+	case *mgmtdpb.Command_MoveReplica:
+		err = moveReplica(m, op.MoveReplica)
+	case *mgmtdpb.Command_SetDraining:
+		err = setDraining(m, op.SetDraining)
+	case *mgmtdpb.Command_RetireTargets:
+		err = retireTargets(m, op.RetireTargets)
+	case *mgmtdpb.Command_SetRebalance:
+		m.Rebalance = op.SetRebalance.GetOn()
 	default:
 		err = fmt.Errorf("%w: empty command", ErrBadCommand)
 	}
 	if err != nil {
 		return err
 	}
+	settleLeaving(m)
 	m.Version++
 	v, err := proto.Marshal(m)
 	if err != nil {
@@ -191,7 +200,7 @@ func createTable(m *mgmtdpb.ClusterMap, r *mgmtdpb.CreateChainTable) error {
 	}
 	var serving []*mgmtdpb.Target
 	for _, t := range m.Targets {
-		if t.State == mgmtdpb.TargetState_SERVING {
+		if t.State == mgmtdpb.TargetState_SERVING && !t.Draining {
 			serving = append(serving, t)
 		}
 	}
@@ -246,6 +255,7 @@ func targetOffline(m *mgmtdpb.ClusterMap, id uint32) error {
 	}
 	t.State = mgmtdpb.TargetState_OFFLINE
 	eachChain(m, t, func(c *routing.Chain) bool { return c.Leave(routing.TargetID(id)) })
+	cancelMoves(m, t)
 	return nil
 }
 
@@ -277,6 +287,7 @@ func targetSynced(m *mgmtdpb.ClusterMap, r *mgmtdpb.TargetSynced) error {
 		return fmt.Errorf("%w: target %d is not syncing in chain %d", ErrBadCommand, r.Target, r.Chain)
 	}
 	settleTarget(m, t)
+	settleMove(m, c)
 	return nil
 }
 

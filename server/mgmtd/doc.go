@@ -21,6 +21,38 @@
 //	                                restarted), unless it is the only serving one
 //	syncing   serving               its predecessor reports it in sync at the
 //	                                chain's current version
+//	(none)    syncing, at the end   a replica move starts (MoveReplica): the
+//	                                new target joins to replace move.from
+//	syncing   (leaves the chain)    it is move.to and its lease lapses: the
+//	                                move is cancelled, move.from stays
+//	any       leaving (serving on)  it is move.from and move.to now serves:
+//	                                the move is done (moves_done goes up)
+//	leaving   (leaves the chain)    the chain has its table's replicas
+//	                                serving besides the leaving ones, or it
+//	                                no longer serves there (it died)
+//
+// A replica move (move.go) is the one way a chain's membership changes on
+// purpose: drain, replacing a dead node and rebalance are all moves. The
+// chain has one replica more while it runs and never fewer after: the
+// replaced replica leaves only once its replacement serves and the chain
+// is full without it (a chain that lost another replica meanwhile keeps
+// it, serving, until that one is back or replaced; settleLeaving runs
+// after every command). If the replaced one dies first it leaves as any
+// dead replica does while the move goes on from the others. A move's new
+// target is live, neither draining nor full, and in none of the chain's
+// failure domains but the replaced and leaving ones' (within a rack is
+// how a chain moves when racks are as many as replicas). At most one move
+// runs per chain at a time.
+//
+// Drain (SetDraining) marks targets in the map; the Planner, on the leader
+// like the Detector, proposes moves for every chain of a draining target
+// (the least loaded eligible target first) and, while the map's rebalance
+// flag is on, from the targets holding the most chains to those holding
+// the fewest until every live one is within one of the mean, then turns
+// the flag off. Both are throttled (PlannerConfig: moves in flight in all
+// and per target). The goals live in the map, so a new leader carries on.
+// A drained target (draining, in no chain) can be retired
+// (RetireTargets): it and its node, if left with none, leave the map.
 //
 // Every change bumps the map's version and the version of each chain it
 // touches, so storage nodes refuse requests routed with the old chains.
@@ -33,5 +65,5 @@
 // storage node registered), every target its share of replicas, and the
 // chains a node shares with each other node as few and as even as the
 // numbers allow. It runs inside the state machine, so it is deterministic;
-// it never moves the chains of a table that exists.
+// it never moves the chains of a table that exists (replica moves do).
 package mgmtd

@@ -3,6 +3,9 @@ package mgmtd
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"sync"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -23,6 +26,12 @@ type Service struct {
 	mgmtdpb.UnimplementedMgmtdServer
 	g Group
 	d *Detector
+
+	// toGo caches ToGo for one version of the map: status asks often,
+	// and playing the planner out over a large map takes a while.
+	mu      sync.Mutex
+	toGoVer uint64
+	toGo    uint32
 }
 
 // NewService serves g, feeding heartbeats to d.
@@ -94,4 +103,116 @@ func (s *Service) WatchClusterMap(_ *mgmtdpb.Empty, stream grpc.ServerStreamingS
 			return nil
 		}
 	}
+}
+
+// Drain marks the named targets, and every target of the named nodes,
+// draining (or, with undrain, no longer draining). A name the map does not
+// know is refused whole.
+func (s *Service) Drain(ctx context.Context, req *mgmtdpb.DrainRequest) (*mgmtdpb.MoveProgress, error) {
+	m, err := s.g.ClusterMap()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	ids, err := drainTargets(m, req, false)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if _, err := s.propose(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_SetDraining{SetDraining: &mgmtdpb.SetDraining{Targets: ids, Draining: !req.Undrain}}}); err != nil {
+		return nil, err
+	}
+	return s.Moves(ctx, &mgmtdpb.Empty{})
+}
+
+// Retire forgets drained targets, and nodes left with none; names the map
+// does not know are taken as retired already.
+func (s *Service) Retire(ctx context.Context, req *mgmtdpb.DrainRequest) (*mgmtdpb.MoveProgress, error) {
+	m, err := s.g.ClusterMap()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	ids, err := drainTargets(m, req, true)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if len(ids) > 0 {
+		if _, err := s.propose(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_RetireTargets{RetireTargets: &mgmtdpb.RetireTargets{Targets: ids}}}); err != nil {
+			return nil, err
+		}
+	}
+	return s.Moves(ctx, &mgmtdpb.Empty{})
+}
+
+// drainTargets resolves a drain request's nodes and targets to target ids;
+// gone, names the map does not know are skipped instead of refused.
+func drainTargets(m *mgmtdpb.ClusterMap, req *mgmtdpb.DrainRequest, gone bool) ([]uint32, error) {
+	if len(req.Nodes) == 0 && len(req.Targets) == 0 {
+		return nil, errors.New("name a storage node or a target")
+	}
+	var ids []uint32
+	for _, n := range req.Nodes {
+		found := false
+		for _, t := range m.Targets {
+			if t.Node == n {
+				ids, found = append(ids, t.Id), true
+			}
+		}
+		if !found && !gone {
+			return nil, fmt.Errorf("no storage node %q with targets", n)
+		}
+	}
+	for _, id := range req.Targets {
+		if target(m, id) == nil {
+			if gone {
+				continue
+			}
+			return nil, fmt.Errorf("no target %d", id)
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
+}
+
+// Rebalance starts a rebalance, or stops one.
+func (s *Service) Rebalance(ctx context.Context, req *mgmtdpb.RebalanceRequest) (*mgmtdpb.MoveProgress, error) {
+	if _, err := s.propose(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_SetRebalance{SetRebalance: &mgmtdpb.SetRebalance{On: !req.Stop}}}); err != nil {
+		return nil, err
+	}
+	return s.Moves(ctx, &mgmtdpb.Empty{})
+}
+
+// Moves reports the replica moves as this replica's map has them.
+func (s *Service) Moves(ctx context.Context, _ *mgmtdpb.Empty) (*mgmtdpb.MoveProgress, error) {
+	m, err := s.g.ClusterMap()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.toGoVer != m.Version || m.Version == 0 {
+		s.toGoVer, s.toGo = m.Version, uint32(ToGo(m))
+	}
+	p := Progress(m)
+	p.ToGo = s.toGo
+	return p, nil
+}
+
+// Progress is where the map's replica moves stand, but for ToGo (0).
+func Progress(m *mgmtdpb.ClusterMap) *mgmtdpb.MoveProgress {
+	p := &mgmtdpb.MoveProgress{Done: m.MovesDone, Cancelled: m.MovesCancelled, Rebalance: m.Rebalance}
+	for _, c := range m.Chains {
+		if c.Move != nil {
+			p.InFlight = append(p.InFlight, c.Move)
+		}
+	}
+	for _, t := range m.Targets {
+		if t.Draining {
+			p.Draining = append(p.Draining, t.Id)
+			if len(t.Chains) == 0 {
+				p.Drained = append(p.Drained, t.Id)
+			}
+		}
+	}
+	return p
 }

@@ -64,6 +64,12 @@ func newClusterOn(t *testing.T, replicas int, cfg chunkstore.EngineConfig) *clus
 // newChains is a cluster of nodes targets (one a node) in the given chains,
 // their engines opened with cfg.
 func newChains(t *testing.T, nodes int, chains map[routing.ChainID][]routing.TargetID, cfg chunkstore.EngineConfig) *cluster {
+	return newChainsWith(t, nodes, chains, cfg, nil)
+}
+
+// newChainsWith is newChains with each node's config changed by tweak
+// (when not nil) before the node starts.
+func newChainsWith(t *testing.T, nodes int, chains map[routing.ChainID][]routing.TargetID, cfg chunkstore.EngineConfig, tweak func(*NodeConfig)) *cluster {
 	c := &cluster{t: t, net: faulty.New(local.NewNetwork(), 1)}
 	r := &routing.Routing{Version: 1, Chains: map[routing.ChainID]routing.Chain{}, Targets: map[routing.TargetID]routing.Target{}}
 	for id, members := range chains {
@@ -81,8 +87,12 @@ func newChains(t *testing.T, nodes int, chains map[routing.ChainID][]routing.Tar
 	}
 	c.routing = routing.NewStaticRouting(r)
 	for i, ep := range c.eps {
-		n, err := NewNode(NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*chunkstore.Engine{routing.TargetID(i + 1): c.engines[i]},
-			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: c.synced})
+		nc := NodeConfig{Endpoint: ep, Routing: c.routing, Targets: map[routing.TargetID]*chunkstore.Engine{routing.TargetID(i + 1): c.engines[i]},
+			Buffers: 8, BufferSize: 1 << 20, ForwardTimeout: 300 * time.Millisecond, Logger: quiet, OnSynced: c.synced}
+		if tweak != nil {
+			tweak(&nc)
+		}
+		n, err := NewNode(nc)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -40,7 +40,9 @@
 // is down because every acknowledged write is on it (the chain serves
 // nothing until it returns). A chunk's record names its chain, so a resync
 // (sync.go) compares and copies only the chunks of the chain the two
-// targets share.
+// targets share, and a target that a replica move took out of a chain for
+// good drops that chain's chunks after a while (left.go,
+// NodeConfig.DropLeft).
 //
 // A node serves reads from views of the chunk files (chunkstore's
 // Engine.View) and pushes the bytes from there, with no copy on the node; a

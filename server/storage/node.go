@@ -48,6 +48,11 @@ type NodeConfig struct {
 	// off past its lease thus neither serves nor acknowledges anything
 	// until it has heard from mgmtd again and learned what changed.
 	Ready func() error
+	// DropLeft, when positive, has the node remove its targets' chunks of
+	// chains they have left for good (a replica move took them out) once
+	// they have been out this long (left.go). Only for routing from
+	// mgmtd's map, which says which chains each target belongs to.
+	DropLeft time.Duration
 	// Logger (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics, when set, is where the node registers its metrics
@@ -75,6 +80,7 @@ type Node struct {
 	wg      sync.WaitGroup
 	syncMu  sync.Mutex
 	syncing map[syncKey]bool
+	dropMu  sync.RWMutex // a removal of a left chain's chunk (Lock), a resync's listing (RLock)
 
 	m *metrics
 }
@@ -120,6 +126,10 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	n.syncing = make(map[syncKey]bool)
 	n.wg.Add(1)
 	go n.watchRouting()
+	if cfg.DropLeft > 0 {
+		n.wg.Add(1)
+		go n.dropLeftLoop()
+	}
 	return n, nil
 }
 

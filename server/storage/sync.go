@@ -239,6 +239,8 @@ func (n *Node) syncList(ctx context.Context, peer fabric.NodeID, req *storagepb.
 	}
 	limit := int(min(max(req.Limit, 1), 4096))
 	reply := &storagepb.SyncListReply{}
+	n.dropMu.RLock() // see left.go
+	defer n.dropMu.RUnlock()
 	var after *chunkio.ID
 	if req.After != nil {
 		a := chunkio.FromProto(req.After)
