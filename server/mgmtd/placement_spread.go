@@ -44,6 +44,9 @@ func (p *placer) orderSpread(placed [][]int) [][]uint32 {
 	p.balanceHeads(placed)
 	o.count(placed)
 	o.descend(placed, headsFirst, true)
+	for round := 0; round < pairRounds && o.pairUp(placed); round++ {
+		o.descend(placed, headsFirst, true)
+	}
 	return p.targets(placed)
 }
 
@@ -119,6 +122,7 @@ func (o *orderCost) share(n, count int) int { return o.r*count - o.load[n] }
 const (
 	overFair   = 16
 	headsFirst = 1 << 20
+	pairRounds = 8
 )
 
 // cost is what adding chain c in order to the counts adds: to the squared
@@ -148,59 +152,128 @@ func (o *orderCost) inShare(n, heads int) bool {
 	return heads*o.r >= o.load[n]-o.r+1 && heads*o.r <= o.load[n]+o.r-1
 }
 
-// arrange reorders chain c, which the counts leave out, to its cheapest
-// order (the first such, keeping c's own on a tie); with keepHeads, to
-// none that takes a node's heads out of its share. It says whether c
-// changed.
-func (o *orderCost) arrange(c []int, hw int, keepHeads bool) bool {
+// orders calls fn with each order of chain c worth weighing, built in buf
+// (len(c) long): every choice of head, tail and the member before the
+// tail, the others in c's order between them.
+func orders(c, buf []int, fn func(order []int)) {
 	r := len(c)
-	bestHead, bestRest := o.cost(c)
-	bestCost := hw*bestHead + bestRest
-	best := slices.Clone(c)
-	o.cand = slices.Grow(o.cand[:0], r)[:r]
-	try := func(h, b, t int) {
-		cand := o.cand
-		cand[0], cand[r-1] = c[h], c[t]
-		if r > 2 {
-			cand[r-2] = c[b]
-		}
-		k := 1
-		for i, n := range c {
-			if i != h && i != b && i != t {
-				cand[k] = n
-				k++
-			}
-		}
-		if keepHeads && cand[0] != c[0] && (!o.inShare(cand[0], o.heads[cand[0]]+1) || !o.inShare(c[0], o.heads[c[0]])) {
-			return
-		}
-		head, rest := o.cost(cand)
-		if hw*head+rest < bestCost {
-			bestCost = hw*head + rest
-			copy(best, cand)
-		}
-	}
 	for h := range r {
 		for t := range r {
 			if t == h {
 				continue
 			}
-			if r == 2 {
-				try(h, h, t)
-				continue
-			}
 			for b := range r {
-				if b != h && b != t {
-					try(h, b, t)
+				if b == t || b == h && r > 2 || b != h && r == 2 {
+					continue
 				}
+				buf[0], buf[r-2], buf[r-1] = c[h], c[b], c[t]
+				k := 1
+				for i, n := range c {
+					if i != h && i != b && i != t {
+						buf[k] = n
+						k++
+					}
+				}
+				fn(buf)
 			}
 		}
 	}
+}
+
+// arrange reorders chain c, which the counts leave out, to its cheapest
+// order (the first such, keeping c's own on a tie), heads weighing hw
+// times the rest; with keepHeads, to none that takes a node's heads out of
+// its share. It says whether c changed.
+func (o *orderCost) arrange(c []int, hw int, keepHeads bool) bool {
+	head, rest := o.cost(c)
+	bestCost := hw*head + rest
+	best := slices.Clone(c)
+	o.cand = slices.Grow(o.cand[:0], len(c))[:len(c)]
+	orders(c, o.cand, func(cand []int) {
+		if keepHeads && cand[0] != c[0] && (!o.inShare(cand[0], o.heads[cand[0]]+1) || !o.inShare(c[0], o.heads[c[0]])) {
+			return
+		}
+		if head, rest := o.cost(cand); hw*head+rest < bestCost {
+			bestCost = hw*head + rest
+			copy(best, cand)
+		}
+	})
 	if slices.Equal(best, c) {
 		return false
 	}
 	copy(c, best)
 	return true
+}
+
+// over says whether chain c, in the counts, makes a node resync more of
+// another's chains than its fair share.
+func (o *orderCost) over(c []int) bool {
+	for k, v := range c {
+		if o.sources(v, source(c, k)) > o.fair[v] {
+			return true
+		}
+	}
+	return false
+}
+
+// pairUp re-picks the orders of two chains that share a node at once,
+// where one of them makes a resync count over its fair share: together
+// they can trade a head, which one chain alone cannot without leaving its
+// share. Heads weigh headsFirst times the rest. It says whether any pair
+// changed.
+func (o *orderCost) pairUp(placed [][]int) bool {
+	byNode := make([][]int, len(o.load))
+	for i, c := range placed {
+		for _, n := range c {
+			byNode[n] = append(byNode[n], i)
+		}
+	}
+	moved := false
+	for i, a := range placed {
+		for _, n := range a {
+			for _, j := range byNode[n] {
+				if j != i && o.over(a) && o.pair(a, placed[j]) {
+					moved = true
+				}
+			}
+		}
+	}
+	return moved
+}
+
+// pair re-picks the orders of chains a and b at once (the first cheapest,
+// keeping theirs on a tie) and says whether they changed.
+func (o *orderCost) pair(a, b []int) bool {
+	o.add(a, -1)
+	o.add(b, -1)
+	total := func(x, y []int) int {
+		ha, ra := o.cost(x)
+		o.add(x, 1)
+		hb, rb := o.cost(y)
+		o.add(x, -1)
+		return headsFirst*(ha+hb) + ra + rb
+	}
+	bestCost := total(a, b)
+	bestA, bestB := slices.Clone(a), slices.Clone(b)
+	bufA, bufB := make([]int, len(a)), make([]int, len(b))
+	orders(a, bufA, func(x []int) {
+		hx, rx := o.cost(x)
+		o.add(x, 1)
+		orders(b, bufB, func(y []int) {
+			if hy, ry := o.cost(y); headsFirst*(hx+hy)+rx+ry < bestCost {
+				bestCost = headsFirst*(hx+hy) + rx + ry
+				copy(bestA, x)
+				copy(bestB, y)
+			}
+		})
+		o.add(x, -1)
+	})
+	moved := !slices.Equal(bestA, a) || !slices.Equal(bestB, b)
+	copy(a, bestA)
+	copy(b, bestB)
+	o.add(a, 1)
+	o.add(b, 1)
+	return moved
 }
 
 // descend re-picks every chain's order against all the others while that
