@@ -44,7 +44,12 @@ import (
 // lowers the sum of squared pair shares, which removes the pairs left
 // sharing more than the ideal (all of them at 10 to 1,000 nodes of 10
 // targets; BENCHMARKS.md). Last, each chain's replicas are ordered so
-// every node is head (and tail) of about as many chains as every other.
+// every node heads about as many chains as every other and, since a
+// syncing replica is resynced by its predecessor alone and a replacement
+// rejoins at the tail, so that a replaced node's chains are resent by
+// every other node about equally (PlacementSpread, placement_spread.go;
+// PlacementBalanced, placement_v2.go, evened heads and tails only, and
+// left some survivors resending twice their share and others none).
 //
 // Its cost is about chains·replicas·nodes for the fill and a few passes of
 // chains·replicas² for the swaps: 1,000 nodes of 10 targets take well under
