@@ -20,7 +20,8 @@ import "slices"
 // chains before it; passes over every chain then re-pick its order against
 // all the others while that lowers the cost. balanceHeads evens the heads
 // the passes left one off, and a last round of passes improves the rest
-// without moving any node's heads out of its share (rounded up or down).
+// without moving any node's heads out of its share (rounded up or down),
+// alternating with pairUp, which re-picks two chains at once.
 func (p *placer) orderSpread(placed [][]int) [][]uint32 {
 	if p.replicas < 2 {
 		return p.targets(placed)
