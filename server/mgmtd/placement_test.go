@@ -295,8 +295,9 @@ func TestCreateTableRacks(t *testing.T) {
 // TestCreateTableReplaysItsOwnPlacement: a CreateChainTable entry from
 // before the placement field (a log written by an older build) still
 // places with the first algorithm, pinned here as that build computed it,
-// so a replica replaying it makes the same chains; an algorithm this build
-// does not know is refused rather than guessed.
+// so a replica replaying it makes the same chains; placements 2 and 3
+// each place with their own (TestPlaceGolden pins them); an algorithm
+// this build does not know is refused rather than guessed.
 func TestCreateTableReplaysItsOwnPlacement(t *testing.T) {
 	var targets []*mgmtdpb.Target
 	for n := 0; n < 4; n++ {
@@ -312,10 +313,21 @@ func TestCreateTableReplaysItsOwnPlacement(t *testing.T) {
 	if got := fmt.Sprint(first); got != want {
 		t.Fatalf("the first placement gave\n%s\nwant (as the build before the placement field did)\n%s", got, want)
 	}
+	balanced, err := placeVersion(PlacementBalanced, targets, nil, 3, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spread, err := Place(targets, nil, 3, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(balanced) == fmt.Sprint(spread) {
+		t.Fatalf("placements 2 and 3 both gave %v here: the cases below cannot tell them apart", spread)
+	}
 	for _, tc := range []struct {
 		placement uint32
 		want      [][]uint32
-	}{{placementFirst, first}, {PlacementBalanced, nil}} {
+	}{{placementFirst, first}, {PlacementBalanced, balanced}, {PlacementSpread, spread}} {
 		c := openMap(t)
 		for n := 0; n < 4; n++ {
 			apply(t, c, &mgmtdpb.Command{Op: &mgmtdpb.Command_RegisterNode{RegisterNode: &mgmtdpb.RegisterNode{
@@ -328,7 +340,7 @@ func TestCreateTableReplaysItsOwnPlacement(t *testing.T) {
 		for _, ch := range m.Chains {
 			got = append(got, ch.Targets)
 		}
-		if tc.want != nil && fmt.Sprint(got) != fmt.Sprint(tc.want) {
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
 			t.Fatalf("placement %d made %v, want %v", tc.placement, got, tc.want)
 		}
 		if len(got) != 8 {
