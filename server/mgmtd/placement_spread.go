@@ -11,16 +11,17 @@ import "slices"
 // a → b → c, c resends a's and b's chains and a resends none of them.
 //
 // So each chain's order is chosen, among the orders that differ in head,
-// tail or the member before the tail (all 6 of 3 replicas), to keep, in
-// this order of importance: every node heading its share of chains
-// (writes enter at the head); for every node v, how many of v's chains
-// each other node would resend as even as the shares allow (the sum over
-// v and s of that count squared); every node ending its share of chains.
-// A greedy pass picks each chain's best order against the counts of the
-// chains before it; passes over every chain then re-pick its order against
-// all the others while that lowers the cost. balanceHeads evens the heads
-// the passes left one off, and a last round of passes improves the rest
-// without moving any node's heads out of its share (rounded up or down),
+// tail or the member before the tail (all 6 of 3 replicas), to keep:
+// every node heading its share of chains (writes enter at the head); for
+// every node v, how many of v's chains each other node would resend as
+// even as the shares allow (the sum over v and s of that count squared,
+// more above a fair share); every node ending its share of chains. A
+// greedy pass picks each chain's best order against the counts of the
+// chains before it; passes over every chain then re-pick its order
+// against all the others while that lowers the sum, heads weighing like
+// the rest so they can move where the resyncs need them. balanceHeads
+// evens the heads those passes left off their share, and the last passes
+// put heads first, moving none out of its share (rounded up or down),
 // alternating with pairUp, which re-picks two chains at once.
 func (p *placer) orderSpread(placed [][]int) [][]uint32 {
 	if p.replicas < 2 {
