@@ -515,6 +515,10 @@ type recoveryParams struct {
 	// --node`: its replicas move to the other nodes) instead of
 	// restarting it empty; each round then has a cluster of its own.
 	Drain bool
+	// Fresh gives each round a cluster of its own also when the node is
+	// restarted empty: a replacement rejoins its chains at their tails,
+	// so on one cluster each round's resync follows the rounds before.
+	Fresh bool
 }
 
 // recoveryRound is one node killed and replaced.
@@ -548,7 +552,7 @@ func (r recoveryRound) sent() float64 {
 // from its /metrics. After the last round every sample is verified.
 func runRecovery(ctx context.Context, tb testing.TB, p recoveryParams) []recoveryRound {
 	tb.Helper()
-	if p.Drain {
+	if p.Drain || p.Fresh {
 		// A drained node leaves for good: every round starts afresh.
 		var rounds []recoveryRound
 		one := p
@@ -688,8 +692,10 @@ func (c *sluiceCluster) waitOffline(ctx context.Context, i int) error {
 // BenchmarkRecovery: 8 storage hosts capped at $SLUICE_HOSTS_RATE_MB MB/s
 // [25], 7 targets each, $SLUICE_HOSTS_RECOVERY_MIB MiB [512] of 1 MiB
 // samples with replicas 3, $SLUICE_HOSTS_ROUNDS nodes replaced in turn [3]:
-// restarted with an empty directory, or with $SLUICE_HOSTS_REPLACE=drain
-// drained (`sluice admin drain`, which the binary must have).
+// restarted with an empty directory on one cluster, with
+// $SLUICE_HOSTS_REPLACE=fresh so on a cluster of its own each round, or
+// with $SLUICE_HOSTS_REPLACE=drain drained (`sluice admin drain`, which the
+// binary must have; a cluster per round).
 func BenchmarkRecovery(b *testing.B) {
 	sluiceBin(b)
 	p := recoveryParams{Nodes: 8, TargetsPerNode: 7, SampleSize: 1 << 20,
@@ -699,10 +705,19 @@ func BenchmarkRecovery(b *testing.B) {
 		ChunkSize: envInt(b, "SLUICE_HOSTS_CHUNK_KIB", 256) << 10}
 	switch r := os.Getenv("SLUICE_HOSTS_REPLACE"); r {
 	case "", "restart":
+	case "fresh":
+		p.Fresh = true
 	case "drain":
 		p.Drain = true
 	default:
-		b.Fatalf("$SLUICE_HOSTS_REPLACE=%q: want restart or drain", r)
+		b.Fatalf("$SLUICE_HOSTS_REPLACE=%q: want restart, fresh or drain", r)
+	}
+	mode := "restart empty"
+	switch {
+	case p.Drain:
+		mode = "drain"
+	case p.Fresh:
+		mode = "restart empty, a cluster per round"
 	}
 	ctx := benchContext(b, 30*time.Minute)
 	for range b.N {
@@ -718,7 +733,7 @@ func BenchmarkRecovery(b *testing.B) {
 			secsPerGB = append(secsPerGB, (r.sent()/float64(p.Rate))/r.Resync.Seconds())
 		}
 		b.Logf("recovery (%s): %d nodes × %d targets, replicas 3, links %.0f MB/s, %d MiB imported: resync %s s, kill to whole %s s, survivors' bytes max/mean %s (chains resynced per survivor max/mean %s), (bytes ÷ rate) ÷ resync time %s",
-			map[bool]string{false: "restart empty", true: "drain"}[p.Drain], p.Nodes, p.TargetsPerNode, float64(p.Rate)/1e6, p.Bytes>>20, medianRange(resync, "%.1f"), medianRange(total, "%.1f"),
+			mode, p.Nodes, p.TargetsPerNode, float64(p.Rate)/1e6, p.Bytes>>20, medianRange(resync, "%.1f"), medianRange(total, "%.1f"),
 			medianRange(spreads, "%.3f"), medianRange(chainSpreads, "%.3f"), medianRange(secsPerGB, "%.2f"))
 		b.ReportMetric(median(resync), "resync_s")
 		b.ReportMetric(median(spreads), "served_max/mean")

@@ -822,8 +822,9 @@ type CreateChainTable struct {
 	// The placement algorithm the state machine runs: the table must come
 	// out the same whenever the command is applied, also by a later build
 	// replaying the log. 0 (absent) is the first one (nodes only, greedy);
-	// 2 the balanced one with failure domains (mgmtd.Place). The leader
-	// sets the newest it knows.
+	// 2 the balanced one with failure domains; 3 the same with each chain
+	// ordered so a replaced node's chains resync evenly (mgmtd.Place). The
+	// leader sets the newest it knows.
 	Placement     uint32 `protobuf:"varint,4,opt,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -199,7 +199,7 @@ func (c *Control) createTable(ctx context.Context, targets, replicas int, log *s
 			}
 			if err == nil && len(m.Targets) >= targets {
 				if err := c.replica.ProposeCluster(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: &mgmtdpb.CreateChainTable{
-					Table: 1, Replicas: uint32(replicas), Chains: uint32(len(m.Targets)), Placement: mgmtd.PlacementBalanced}}}); err == nil {
+					Table: 1, Replicas: uint32(replicas), Chains: uint32(len(m.Targets)), Placement: mgmtd.PlacementSpread}}}); err == nil {
 					return
 				} else if errors.Is(err, mgmtd.ErrBadCommand) && err.Error() != refused {
 					refused = err.Error()

@@ -215,8 +215,8 @@ func createTable(m *mgmtdpb.ClusterMap, r *mgmtdpb.CreateChainTable) error {
 	switch r.Placement {
 	case placementFirst:
 		placed, err = placeFirst(serving, int(r.Replicas), int(r.Chains))
-	case PlacementBalanced:
-		placed, err = Place(serving, racks, int(r.Replicas), int(r.Chains))
+	case PlacementBalanced, PlacementSpread:
+		placed, err = placeVersion(r.Placement, serving, racks, int(r.Replicas), int(r.Chains))
 	default:
 		err = fmt.Errorf("%w: placement algorithm %d is unknown to this build", ErrBadCommand, r.Placement)
 	}

@@ -62,8 +62,13 @@
 //
 // Place (placement.go) lays out a chain table when it is created: no two
 // replicas of a chain in one failure domain (a node, or the rack its
-// storage node registered), every target its share of replicas, and the
+// storage node registered), every target its share of replicas, the
 // chains a node shares with each other node as few and as even as the
-// numbers allow. It runs inside the state machine, so it is deterministic;
-// it never moves the chains of a table that exists (replica moves do).
+// numbers allow, and each chain's order chosen so every node heads its
+// share and, when a node is replaced, each other node resyncs about as
+// many of its chains (a chain is resent by the last member before the
+// replacement, which rejoins at the tail). It runs inside the state
+// machine, so it is deterministic; it never moves the chains of a table
+// that exists (replica moves do). A replacement stays at the tails of its
+// chains, so the next node replaced after it is resynced less evenly.
 package mgmtd

@@ -44,7 +44,12 @@ import (
 // lowers the sum of squared pair shares, which removes the pairs left
 // sharing more than the ideal (all of them at 10 to 1,000 nodes of 10
 // targets; BENCHMARKS.md). Last, each chain's replicas are ordered so
-// every node is head (and tail) of about as many chains as every other.
+// every node heads about as many chains as every other and, since a
+// syncing replica is resynced by its predecessor alone and a replacement
+// rejoins at the tail, so that a replaced node's chains are resent by
+// every other node about equally (PlacementSpread, placement_spread.go;
+// PlacementBalanced, placement_v2.go, evened heads and tails only, and
+// left some survivors resending twice their share and others none).
 //
 // Its cost is about chains·replicas·nodes for the fill and a few passes of
 // chains·replicas² for the swaps: 1,000 nodes of 10 targets take well under
@@ -77,9 +82,17 @@ func FailureDomain(node, rack string) string {
 }
 
 // Place chooses replicas targets for each of chains chains under the rules
-// above. racks maps a node's id to its rack; nil or a missing entry places
-// that node by itself. The result lists each chain's targets, head first.
+// above, with the newest algorithm (PlacementSpread). racks maps a node's
+// id to its rack; nil or a missing entry places that node by itself. The
+// result lists each chain's targets, head first.
 func Place(targets []*mgmtdpb.Target, racks map[string]string, replicas, chains int) ([][]uint32, error) {
+	return placeVersion(PlacementSpread, targets, racks, replicas, chains)
+}
+
+// placeVersion is Place with the algorithm a CreateChainTable names:
+// PlacementBalanced or PlacementSpread, which differ only in how each
+// chain's replicas are ordered.
+func placeVersion(version uint32, targets []*mgmtdpb.Target, racks map[string]string, replicas, chains int) ([][]uint32, error) {
 	if replicas < 1 || chains < 1 {
 		return nil, fmt.Errorf("%w: a chain table needs at least one chain and one replica, asked for %d chains of %d", ErrBadCommand, chains, replicas)
 	}
@@ -89,7 +102,13 @@ func Place(targets []*mgmtdpb.Target, racks map[string]string, replicas, chains 
 	}
 	placed := p.fill()
 	p.improve(placed)
-	return p.order(placed), nil
+	switch version {
+	case PlacementBalanced:
+		return p.orderEven(placed), nil
+	case PlacementSpread:
+		return p.orderSpread(placed), nil
+	}
+	return nil, fmt.Errorf("%w: placement algorithm %d is unknown to this build", ErrBadCommand, version)
 }
 
 func newPlacer(targets []*mgmtdpb.Target, racks map[string]string, replicas, chains int) (*placer, error) {
@@ -393,77 +412,6 @@ func (p *placer) swap(a []int, i int, b []int, j int) bool {
 	return true
 }
 
-// order picks each chain's order, head first, so that every node heads
-// (and ends) about as many chains as any other, and each replica's target
-// from the node's targets with slots left.
-func (p *placer) order(placed [][]int) [][]uint32 {
-	pos := make([][]int, len(p.nodeIDs))
-	for n := range pos {
-		pos[n] = make([]int, p.replicas)
-	}
-	for _, c := range placed {
-		for k := range c {
-			best := k
-			for j := k + 1; j < len(c); j++ {
-				if pos[c[j]][k] < pos[c[best]][k] || pos[c[j]][k] == pos[c[best]][k] && c[j] < c[best] {
-					best = j
-				}
-			}
-			c[k], c[best] = c[best], c[k]
-			pos[c[k]][k]++
-		}
-	}
-	p.balanceHeads(placed)
-	for _, row := range pos {
-		clear(row)
-	}
-	for _, c := range placed {
-		for k, n := range c {
-			pos[n][k]++
-		}
-	}
-	// The greedy order leaves a few nodes one position off; swapping two
-	// replicas' positions behind the head while that evens the counts fixes
-	// most.
-	for pass, moved := 0, true; pass < 16 && moved; pass++ {
-		moved = false
-		for _, c := range placed {
-			for k := 1; k < len(c); k++ {
-				for j := k + 1; j < len(c); j++ {
-					a, b := pos[c[k]], pos[c[j]]
-					// Moving a from k to j and b from j to k changes the
-					// sum of squared counts by 2·(a[j]-a[k]+b[k]-b[j]+2).
-					if a[j]-a[k]+b[k]-b[j]+2 < 0 {
-						a[k]--
-						a[j]++
-						b[j]--
-						b[k]++
-						c[k], c[j] = c[j], c[k]
-						moved = true
-					}
-				}
-			}
-		}
-	}
-	out := make([][]uint32, 0, len(placed))
-	for _, c := range placed {
-		ts := make([]uint32, len(c))
-		for k, n := range c {
-			left := p.leftT[n]
-			best := 0
-			for j := range left {
-				if left[j] > left[best] {
-					best = j
-				}
-			}
-			left[best]--
-			ts[k] = p.nodeTargets[n][best]
-		}
-		out = append(out, ts)
-	}
-	return out
-}
-
 // balanceHeads moves heads from nodes heading more chains than their share
 // (a node's replicas ÷ replicas, rounded up) to nodes heading fewer than it
 // (rounded down), along a path of chains: the head of a chain hands the
@@ -526,4 +474,26 @@ func (p *placer) balanceHeads(placed [][]int) {
 			heads[found]++
 		}
 	}
+}
+
+// targets names each replica's target: on its node, the target with the
+// most replica slots left.
+func (p *placer) targets(placed [][]int) [][]uint32 {
+	out := make([][]uint32, 0, len(placed))
+	for _, c := range placed {
+		ts := make([]uint32, len(c))
+		for k, n := range c {
+			left := p.leftT[n]
+			best := 0
+			for j := range left {
+				if left[j] > left[best] {
+					best = j
+				}
+			}
+			left[best]--
+			ts[k] = p.nodeTargets[n][best]
+		}
+		out = append(out, ts)
+	}
+	return out
 }

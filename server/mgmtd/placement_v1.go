@@ -14,7 +14,8 @@ import (
 // algorithm, once used, never changes, and a better one gets a new number.
 const (
 	placementFirst    = 0 // placeFirst: nodes only, greedy (commands from before the field)
-	PlacementBalanced = 2 // Place: failure domains, balanced pair shares
+	PlacementBalanced = 2 // failure domains, balanced pair shares, heads even (orderEven)
+	PlacementSpread   = 3 // the same, each failed node's resyncs spread over the others (Place)
 )
 
 // placeFirst is the first placement, kept as it was so that chain tables

@@ -56,7 +56,7 @@ func (s *Service) Register(ctx context.Context, req *mgmtdpb.RegisterNode) (*mgm
 
 func (s *Service) CreateTable(ctx context.Context, req *mgmtdpb.CreateChainTable) (*mgmtdpb.Empty, error) {
 	if req.Placement == 0 { // a caller that does not choose gets the newest
-		req.Placement = PlacementBalanced
+		req.Placement = PlacementSpread
 	}
 	return s.propose(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_CreateTable{CreateTable: req}})
 }
