@@ -456,6 +456,186 @@ def _worker_context(name):
     return ctx
 
 
+class _Pool:
+    """Persistent transform workers without torch's DataLoader machinery.
+
+    Torch's multiprocessing loader costs the training process an index
+    queue, a feeder thread, profiler records and lock hand-offs for every
+    batch: at small batches that was half of its time. Batches come whole
+    from an IterableDataset, so none of it is needed: each worker streams
+    its steps (every num_workers-th, as in torch) over its own pipe, the
+    training process takes them in step order, and a worker running ahead
+    is held back by its loader's memory budget. Workers are seeded and see
+    get_worker_info() as torch's persistent workers do; a worker's error is
+    raised in the training process with its traceback, and a worker that
+    dies is reported, never waited for."""
+
+    def __init__(self, dataset, n, ctx, timeout):
+        self.dataset, self.n, self.ctx, self.timeout = dataset, n, ctx, timeout
+        self.procs, self.conns = [], []
+        self.live = []  # workers still in the iteration in progress
+
+    def _start(self):
+        if self.procs and all(p.is_alive() for p in self.procs):
+            return
+        self.close()
+        base = int(torch.empty((), dtype=torch.int64).random_().item())
+        for i in range(self.n):
+            mine, theirs = self.ctx.Pipe()
+            p = self.ctx.Process(target=_pool_worker, args=(self.dataset, i, self.n, base, theirs), daemon=True)
+            p.start()
+            theirs.close()  # so that a worker's death reads as the end of its pipe
+            self.procs.append(p)
+            self.conns.append(mine)
+
+    def _recv(self, w):
+        conn, proc = self.conns[w], self.procs[w]
+        waited = 0.0
+        while not conn.poll(1.0):
+            waited += 1.0
+            if not proc.is_alive():
+                raise sluice.SluiceError("sluice.torch: worker %d (pid %d) exited unexpectedly (exit code %s)"
+                                         % (w, proc.pid, proc.exitcode))
+            if self.timeout and waited >= self.timeout:
+                raise sluice.SluiceError("sluice.torch: worker %d gave no batch in %g s" % (w, self.timeout))
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            proc.join(1.0)
+            raise sluice.SluiceError("sluice.torch: worker %d (pid %d) exited unexpectedly (exit code %s)"
+                                     % (w, proc.pid, proc.exitcode)) from None
+        if msg[0] == "error":
+            _, typ, text = msg
+            try:
+                err = typ(text)
+            except Exception:
+                err = RuntimeError(text)
+            raise err
+        return msg
+
+    def epoch(self):
+        """This iteration's items, in step order."""
+        self._stop(self.live)  # an iteration left unfinished, its generator not closed
+        self._start()
+        for c in self.conns:
+            c.send(("start",))
+        active = self.live = list(range(self.n))
+        try:
+            while active:
+                for w in list(active):
+                    msg = self._recv(w)
+                    if msg[0] == "end":
+                        active.remove(w)
+                        continue
+                    self.conns[w].send(("more",))  # room for one more batch from w
+                    yield msg[1]
+        finally:
+            self._stop(active)
+
+    def _stop(self, active):
+        """Tells workers still in this iteration to leave it, and waits
+        until each has (its last batches are dropped)."""
+        for w in active:
+            try:
+                self.conns[w].send(("stop",))
+            except OSError:
+                pass
+        for w in active:
+            try:
+                while True:
+                    msg = self._recv(w)
+                    if msg[0] == "end":
+                        break
+                    _drop(msg[1])
+            except Exception:  # a dead or failing worker: start afresh next time
+                self.close()
+                return
+        active.clear()
+
+    def close(self):
+        for c in self.conns:
+            try:
+                c.send(("exit",))
+            except OSError:
+                pass
+            c.close()
+        for p in self.procs:
+            p.join(2.0)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+        self.procs, self.conns, self.live = [], [], []
+
+
+def _drop(item):
+    """Gives a worker back the memory of a batch the training process will
+    never take."""
+    meta = item.get(_SHARED) if isinstance(item, dict) else None
+    if meta is not None:
+        _release(meta[2], meta[3])
+
+
+# Batches a _Pool worker sends ahead of the training process (torch's
+# prefetch_factor): what it has sent is held until taken, so the loader's
+# budget bounds the rest of its read-ahead.
+_PREFETCH = 2
+
+
+def _pool_worker(dataset, worker, workers, base_seed, conn):
+    """A _Pool worker: seeded and known to torch as its DataLoader workers
+    are; runs one iteration of dataset per "start", until "exit" or the
+    training process is gone."""
+    import random
+
+    from torch.utils.data._utils import worker as torch_worker
+
+    torch.set_num_threads(1)
+    seed = base_seed + worker
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(seed % (1 << 32))
+    torch_worker._worker_info = torch_worker.WorkerInfo(id=worker, num_workers=workers, seed=seed, dataset=dataset)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if msg[0] == "exit":
+            return
+        if msg[0] != "start":
+            continue  # a "stop" for an iteration this worker had finished
+        it = iter(dataset)
+        credits = _PREFETCH  # batches sent and not yet taken, at most
+        try:
+            for item in it:
+                stop = False
+                while not stop and (credits == 0 or conn.poll()):
+                    if conn.recv()[0] == "more":
+                        credits += 1
+                    else:  # "stop": the training process left this iteration
+                        stop = True
+                if stop:
+                    break
+                conn.send(("batch", item))
+                credits -= 1
+            it.close()
+            conn.send(("end",))
+        except (BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+            return
+        except BaseException as e:  # noqa: B036 - reaches the training process
+            import traceback
+
+            text = "sluice.torch: worker %d: %s" % (worker, traceback.format_exc())
+            try:
+                try:
+                    conn.send(("error", type(e), text))  # raised as its own type, as torch does
+                except Exception:
+                    conn.send(("error", RuntimeError, text))
+                conn.send(("end",))
+            except OSError:
+                return
+
+
 class DataLoader:
     """torch.utils.data.DataLoader over an IterableDataset, with
     batch_size=None (batches come whole), state_dict / load_state_dict for
@@ -477,7 +657,10 @@ class DataLoader:
                 raise ValueError("sluice.torch.DataLoader: fork workers cannot use libsluice; use forkserver or spawn")
             multiprocessing_context = _worker_context(multiprocessing_context)
         self.num_workers = num_workers
-        self._plain = not kw  # no pin_memory, collate_fn, ...: nothing for torch's loader to do
+        # No pin_memory, collate_fn, ...: nothing for torch's loader to do,
+        # so its per-batch machinery is skipped (timeout is honoured here).
+        self._plain = not (set(kw) - {"timeout"})
+        self._pool = None
         if num_workers > 0:
             # Workers live as long as this loader (connection, loader and
             # batch memory kept); each iteration they read where to start
@@ -486,8 +669,12 @@ class DataLoader:
             os.close(fd)
             weakref.finalize(self, _remove, dataset._control)
             kw["persistent_workers"] = True
-        self._dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
-                                               multiprocessing_context=multiprocessing_context, **kw)
+            if self._plain:
+                ctx = multiprocessing_context or _worker_context("forkserver")
+                self._pool = _Pool(dataset, num_workers, ctx, kw.get("timeout") or 0)
+                weakref.finalize(self, self._pool.close)
+        self._dl = None if self._pool else torch.utils.data.DataLoader(
+            dataset, batch_size=None, num_workers=num_workers, multiprocessing_context=multiprocessing_context, **kw)
 
     def __iter__(self):
         self.dataset._resolve_ranks()  # before workers take a copy of it
@@ -502,7 +689,7 @@ class DataLoader:
         os.replace(path + ".new", path)
         receiver = self._receiver
         try:
-            for item in self._dl:
+            for item in (self._pool.epoch() if self._pool else self._dl):
                 if isinstance(item, dict) and _BATCH in item:
                     self.dataset._state = json.loads(item[_STATE])
                     yield receiver.receive(item)
