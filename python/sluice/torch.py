@@ -14,6 +14,9 @@ starts no process. A ``transform`` (a function of a batch's dict of
 tensors, for decoding or augmentation) runs in ``num_workers`` worker
 processes (``forkserver`` by default, with torch, pyarrow and sluice
 imported before the fork, so workers start in a fraction of a second).
+Without options for torch's own DataLoader (collate_fn, pin_memory, ...;
+timeout is kept) the workers are this module's (_Pool), which skips
+torch's per-batch queues and threads.
 Workers live as long as their DataLoader and keep their connection and
 loader across epochs; each iteration tells them its epoch (``set_epoch``)
 or the state to resume from. Each worker reads every num_workers-th step of its rank with its own
