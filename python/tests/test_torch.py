@@ -339,3 +339,21 @@ def sluice_error():
     import sluice
 
     return sluice.SluiceError
+
+
+def test_freed_batches_reach_their_workers_in_groups(cluster):
+    # A budget of a few dozen batches per worker: the training process
+    # tells a worker of freed batches several at a time, and before it waits
+    # for one. Two epochs would exhaust the budget if any were never told.
+    ds = st.IterableDataset("points", batch_size=20, shuffle=True, seed=1, transform=keep_x, prefetch_bytes=128 << 10)
+    loader = st.DataLoader(ds, num_workers=2, timeout=60)
+    told = []
+    real = st._release
+    st._release = lambda name, *seqs: (told.append(len(seqs)), real(name, *seqs))
+    try:
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            assert sorted(i for b in loader for i in b["id"].tolist()) == list(range(N))
+    finally:
+        st._release = real
+    assert sum(told) >= 2 * N // 20 - 8 and max(told) > 1, told[:20]
