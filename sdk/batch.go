@@ -260,8 +260,10 @@ type readResult struct {
 // have no use for it and skip the pass over the bytes).
 func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readResult {
 	res := make([]readResult, len(ops))
-	var reads []chunkio.BatchRead
-	var owner []int // op of each read
+	// One piece per op is the common case: room for that, so the slices
+	// are allocated once, not grown entry by entry.
+	reads := make([]chunkio.BatchRead, 0, len(ops))
+	owner := make([]int, 0, len(ops)) // op of each read
 	for i, op := range ops {
 		if res[i].Err = checkRead(op); res[i].Err != nil {
 			continue

@@ -335,8 +335,7 @@ func (ep *Endpoint) copyOps(ctx context.Context, node fabric.NodeID, verb fabric
 	if err != nil {
 		return err
 	}
-	var one [1]fabric.Span
-	spans := one[:0]
+	spans := make([]fabric.Span, 0, len(ops))
 	defer func() {
 		for _, s := range spans {
 			s.Release()
