@@ -604,6 +604,7 @@ class _Pool:
             if p.is_alive():
                 p.terminate()
                 p.join()
+        self.live.clear()  # an unfinished iteration's, which has nothing left to stop
         self.procs, self.conns, self.live = [], [], []
 
 
@@ -615,10 +616,11 @@ def _drop(item):
         _release(meta[2], meta[3])
 
 
-# Batches a _Pool worker sends ahead of the training process (torch's
-# prefetch_factor): what it has sent is held until taken, so the loader's
-# budget bounds the rest of its read-ahead.
+# Batches a _Pool worker makes or sends ahead of the training process
+# (torch's prefetch_factor): what it has sent is held until taken, so the
+# loader's budget bounds the rest of its read-ahead.
 _PREFETCH = 2
+_END = object()
 
 
 def _pool_worker(dataset, worker, workers, base_seed, conn):
@@ -645,9 +647,9 @@ def _pool_worker(dataset, worker, workers, base_seed, conn):
         if msg[0] != "start":
             continue  # a "stop" for an iteration this worker had finished
         it = iter(dataset)
-        credits = _PREFETCH  # batches sent and not yet taken, at most
+        credits = _PREFETCH  # batches being made or sent and not yet taken, at most
         try:
-            for item in it:
+            while True:
                 stop = False
                 while not stop and (credits == 0 or conn.poll()):
                     if conn.recv()[0] == "more":
@@ -655,6 +657,9 @@ def _pool_worker(dataset, worker, workers, base_seed, conn):
                     else:  # "stop": the training process left this iteration
                         stop = True
                 if stop:
+                    break
+                item = next(it, _END)
+                if item is _END:
                     break
                 conn.send(("batch", item))
                 credits -= 1

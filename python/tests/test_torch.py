@@ -357,3 +357,26 @@ def test_freed_batches_reach_their_workers_in_groups(cluster):
     finally:
         st._release = real
     assert sum(told) >= 2 * N // 20 - 8 and max(told) > 1, told[:20]
+
+
+def count_calls(path, batch):
+    with open(path, "a") as f:
+        f.write("%d\n" % torch.utils.data.get_worker_info().id)
+    return batch
+
+
+def test_workers_make_at_most_two_batches_ahead(cluster, tmp_path):
+    # As torch's prefetch_factor: a batch made or sent and not yet taken
+    # holds loader memory, so a worker has two such at most.
+    import functools
+    import time
+
+    path = str(tmp_path / "calls")
+    ds = st.IterableDataset("points", batch_size=100, shuffle=False, transform=functools.partial(count_calls, path))
+    loader = st.DataLoader(ds, num_workers=2)
+    it = iter(loader)
+    next(it)  # worker 0's first: it may make two more
+    time.sleep(2)
+    calls = open(path).read().split()
+    assert (calls.count("0"), calls.count("1")) == (3, 2), calls
+    assert len(list(it)) == N // 100 - 1
