@@ -301,10 +301,24 @@ class _Handoff:
 
     def _released(self):
         while True:
-            data = self.sock.recv(8 * 1024)
-            with self.lock:
-                for (seq,) in struct.iter_unpack("<q", data[: len(data) // 8 * 8]):
-                    self.held.pop(seq, None)
+            self._forget(self.sock.recv(8 * 1024))
+
+    def _forget(self, data):
+        with self.lock:
+            for (seq,) in struct.iter_unpack("<q", data[: len(data) // 8 * 8]):
+                self.held.pop(seq, None)
+
+    def drain(self):
+        """Takes the releases already queued now, in this thread (the
+        release thread may not have run yet): a _Pool worker does before each
+        iteration, which the training process starts only after telling it
+        of every batch it freed or dropped."""
+        while True:
+            try:
+                data = self.sock.recv(8 * 1024, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            self._forget(data)
 
     def send(self, batch, out, state):
         if not isinstance(out, dict):
@@ -646,6 +660,9 @@ def _pool_worker(dataset, worker, workers, base_seed, conn):
             return
         if msg[0] != "start":
             continue  # a "stop" for an iteration this worker had finished
+        handoff = _Handoff._by_pid.get(os.getpid())
+        if handoff is not None:
+            handoff.drain()  # memory the last iteration left to the training process
         it = iter(dataset)
         credits = _PREFETCH  # batches being made or sent and not yet taken, at most
         try:

@@ -308,10 +308,10 @@ def test_worker_error_is_raised_with_its_type_and_traceback(cluster):
 
 
 def test_leaving_an_iteration_early_and_starting_again(cluster):
-    # The default budget: with the smallest one, the batches dropped here
-    # could still be on their way back to a worker (its release thread)
-    # when its next iteration starts, and the loader's hard limit stop it.
-    ds = st.IterableDataset("points", batch_size=100, shuffle=True, seed=8, transform=keep_x)
+    # The smallest budget: the batches dropped here must be back with their
+    # worker when its next iteration starts, or the loader's hard limit
+    # stops it (they are: the worker takes the releases queued at start).
+    ds = st.IterableDataset("points", batch_size=100, shuffle=True, seed=8, transform=keep_x, prefetch_bytes=1)
     loader = st.DataLoader(ds, num_workers=2)
     full = [b["id"].tolist() for b in loader]
     for cut in (1, 5):
