@@ -67,11 +67,13 @@ func (f OneSided) WriteBatch(ctx context.Context, ops []Op) error {
 // Handlers is an endpoint's table of RPC handlers; embed it in an Endpoint
 // for its Handle method.
 type Handlers struct {
-	mu sync.RWMutex
-	m  map[string]Handler
+	mu  sync.RWMutex
+	m   map[string]Handler
+	msg map[string]MessageHandler
 }
 
-// Handle registers h for method, replacing any handler before it.
+// Handle registers h for method, replacing any handler before it (and
+// its MessageHandler, if it had one).
 func (t *Handlers) Handle(method string, h Handler) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -79,6 +81,25 @@ func (t *Handlers) Handle(method string, h Handler) {
 		t.m = make(map[string]Handler)
 	}
 	t.m[method] = h
+	delete(t.msg, method)
+}
+
+// HandleMessage adds h, method's in-process form, to the Handler
+// registered for method (register that first: Handle drops h).
+func (t *Handlers) HandleMessage(method string, h MessageHandler) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.msg == nil {
+		t.msg = make(map[string]MessageHandler)
+	}
+	t.msg[method] = h
+}
+
+// LookupMessage returns method's in-process handler, or a zero one.
+func (t *Handlers) LookupMessage(method string) MessageHandler {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.msg[method]
 }
 
 // Lookup returns method's handler, or nil.

@@ -189,9 +189,9 @@ func (ac *agentClient) Control(ctx context.Context, req []byte) ([]byte, error) 
 // batched write, both at once. shmring has already checked every entry's
 // op and range against the Iov.
 func (ac *agentClient) Serve(ctx context.Context, es []shmring.Entry, cs []shmring.Completion) {
-	var reads []ReadOp
+	reads, readAt := make([]ReadOp, 0, len(es)), make([]int, 0, len(es)) // a batch is mostly reads
 	var writes []WriteOp
-	var readAt, writeAt []int
+	var writeAt []int
 	ac.mu.Lock()
 	for i, e := range es {
 		cs[i] = shmring.Completion{UserData: e.UserData}

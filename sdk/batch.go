@@ -260,8 +260,10 @@ type readResult struct {
 // have no use for it and skip the pass over the bytes).
 func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readResult {
 	res := make([]readResult, len(ops))
-	var reads []chunkio.BatchRead
-	var owner []int // op of each read
+	// One piece per op is the common case: room for that, so the slices
+	// are allocated once, not grown entry by entry.
+	reads := make([]chunkio.BatchRead, 0, len(ops))
+	owner := make([]int, 0, len(ops)) // op of each read
 	for i, op := range ops {
 		if res[i].Err = checkRead(op); res[i].Err != nil {
 			continue
@@ -282,6 +284,10 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readRes
 	// Per-node failures show as reads left with N -1; the batch's own
 	// error adds nothing to them.
 	_ = c.store.ReadBatch(ctx, reads)
+	var summed []bool // ops whose CRC is their one piece's, checked below
+	if sums {
+		summed = make([]bool, len(ops))
+	}
 	var fenced *Buffer
 	for k := range reads {
 		rd, op := &reads[k], ops[owner[k]]
@@ -294,7 +300,9 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readRes
 		}
 		off := int(rd.Dst.Offset)
 		dst := op.Buf.B[off : off+int(rd.Dst.Len)]
+		checked := true // dst holds rd.N bytes whose CRC is rd.CRC
 		if rd.Err != nil || rd.N < 0 || rd.N > len(dst) || chunkio.CRC(dst[:rd.N]) != rd.CRC {
+			checked = false
 			var err error
 			rd.N, _, err = c.store.ReadRegistered(ctx, rd.Chain, rd.Chunk, rd.Offset, op.Buf.mr, off, dst, false)
 			if err != nil {
@@ -303,13 +311,18 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readRes
 			}
 		}
 		clear(dst[rd.N:]) // holes read as zeros
+		if sums && checked && rd.N == res[owner[k]].N && (k+1 == len(reads) || owner[k+1] != owner[k]) && (k == 0 || owner[k-1] != owner[k]) {
+			// The op is this one piece, whose bytes were just checked
+			// against rd.CRC: that is the op's sum, with no second pass.
+			res[owner[k]].CRC, summed[owner[k]] = rd.CRC, true
+		}
 	}
 	for _, r := range res {
 		c.metrics.read(r.N, r.Err)
 	}
 	if sums {
 		for i, op := range ops {
-			if res[i].Err == nil {
+			if res[i].Err == nil && !summed[i] {
 				res[i].CRC = chunkio.CRC(op.Buf.B[op.BufOff : op.BufOff+res[i].N])
 			}
 		}

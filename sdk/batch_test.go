@@ -152,9 +152,14 @@ func TestReadOps(t *testing.T) {
 		{File: r, Off: int64(len(data)) - 10, N: 4096, Buf: buf, BufOff: 200_000}, // short at the end
 		{File: r, Off: 0, N: 10, Buf: buf, BufOff: len(buf.B) - 5},                // outside the buffer
 		{File: r, Off: int64(len(data)) + 5, N: 10, Buf: buf, BufOff: 300_000},    // past the end
+		// One piece each, whose CRC is the piece's: data; a chunk never
+		// written; data then the zeros past its chunk's end.
+		{File: r, Off: 4096, N: 4096, Buf: buf, BufOff: 400_000},
+		{File: r, Off: 70 << 10, N: 1000, Buf: buf, BufOff: 410_000},
+		{File: r, Off: 40 << 10, N: 20 << 10, Buf: buf, BufOff: 420_000},
 	}
 	res := cl.readOps(ctx, ops, true)
-	wantN := []int{100_000, 10, 0, 0}
+	wantN := []int{100_000, 10, 0, 0, 4096, 1000, 20 << 10}
 	for i, op := range ops {
 		if i == 2 {
 			if !errors.Is(res[i].Err, ErrOutOfRange) {

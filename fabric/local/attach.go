@@ -56,6 +56,12 @@ func (a *attached) via(node fabric.NodeID) fabric.Endpoint {
 func (a *attached) ID() fabric.NodeID                      { return a.far.ID() }
 func (a *attached) Handle(method string, h fabric.Handler) { a.far.Handle(method, h) }
 
+// HandleMessage keeps h in the far endpoint's table, which the near one
+// shares: only in-process callers use it.
+func (a *attached) HandleMessage(method string, h fabric.MessageHandler) {
+	a.near.HandleMessage(method, h)
+}
+
 func (a *attached) RegisterMemory(buf []byte, access fabric.Access) (fabric.MR, error) {
 	return a.far.RegisterMemory(buf, access)
 }

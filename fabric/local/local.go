@@ -25,6 +25,7 @@ import (
 
 	"github.com/sluicefs/sluice/fabric"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // Network is a set of endpoints that reach each other by ID within one
@@ -148,7 +149,32 @@ func (ep *Endpoint) peer(node fabric.NodeID) (*Endpoint, error) {
 
 type result struct {
 	body []byte
+	msg  proto.Message // the reply itself, from a MessageHandler
 	err  error
+}
+
+// handOver makes resp the reply msg: the same fields, sharing their
+// memory (the handler gave msg up), or through the wire form when the
+// caller asked for another type than the handler answers with.
+func handOver(msg, resp proto.Message) error {
+	src := msg.ProtoReflect()
+	if src.Descriptor() != resp.ProtoReflect().Descriptor() {
+		body, err := proto.Marshal(msg)
+		if err == nil {
+			err = proto.Unmarshal(body, resp)
+		}
+		if err != nil {
+			return fmt.Errorf("unmarshal response: %w", err)
+		}
+		return nil
+	}
+	proto.Reset(resp)
+	dst := resp.ProtoReflect()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		dst.Set(fd, v)
+		return true
+	})
+	return nil
 }
 
 // Call runs node's handler in a goroutine of node's, under ctx's deadline.
@@ -164,18 +190,29 @@ func (ep *Endpoint) call(ctx context.Context, node fabric.NodeID, method string,
 	if err != nil {
 		return err
 	}
-	body, err := proto.Marshal(req)
-	if err != nil {
-		return fmt.Errorf("marshal request: %w", err)
-	}
 	done := make(chan result, 1)
-	if !p.spawn(ctx, func(hctx context.Context) { done <- p.serve(hctx, ep.id, method, body) }) {
+	var run func(context.Context)
+	if h := p.LookupMessage(method); h.Serve != nil && req.ProtoReflect().Descriptor() == h.Req {
+		// In process, with nothing to marshal: the handler reads the
+		// request as it is and its reply is handed over.
+		run = func(hctx context.Context) { done <- p.serveMessage(hctx, ep.id, method, h, req) }
+	} else {
+		body, err := proto.Marshal(req)
+		if err != nil {
+			return fmt.Errorf("marshal request: %w", err)
+		}
+		run = func(hctx context.Context) { done <- p.serve(hctx, ep.id, method, body) }
+	}
+	if !p.spawn(ctx, run) {
 		return fmt.Errorf("%w: %s", fabric.ErrPeerClosed, node)
 	}
 	select {
 	case r := <-done:
 		if r.err != nil {
 			return r.err
+		}
+		if r.msg != nil {
+			return handOver(r.msg, resp)
 		}
 		if err := proto.Unmarshal(r.body, resp); err != nil {
 			return fmt.Errorf("unmarshal response: %w", err)
@@ -253,12 +290,7 @@ func (ep *Endpoint) serve(ctx context.Context, from fabric.NodeID, method string
 	if h == nil {
 		return result{err: fabric.RemoteError(fabric.CodeUnknownMethod, fmt.Sprintf("%v: %q", fabric.ErrUnknownMethod, method))}
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			slog.Error("fabric handler panicked", "method", method, "peer", from, "panic", p, "stack", string(debug.Stack()))
-			r = result{err: fabric.RemoteError(fabric.CodeInternal, fmt.Sprintf("%s panicked: %v", method, p))}
-		}
-	}()
+	defer recoverHandler(method, from, &r)
 	resp, err := h(ctx, from, body)
 	if err != nil {
 		return result{err: fabric.RemoteError(fabric.CodeOf(err), err.Error())}
@@ -268,6 +300,26 @@ func (ep *Endpoint) serve(ctx context.Context, from fabric.NodeID, method string
 		return result{err: fabric.RemoteError(fabric.CodeInternal, fmt.Sprintf("marshal response: %v", err))}
 	}
 	return result{body: out}
+}
+
+// recoverHandler, deferred, turns a handler's panic into an internal
+// error for its caller, as a wire transport's server would.
+func recoverHandler(method string, from fabric.NodeID, r *result) {
+	if p := recover(); p != nil {
+		slog.Error("fabric handler panicked", "method", method, "peer", from, "panic", p, "stack", string(debug.Stack()))
+		*r = result{err: fabric.RemoteError(fabric.CodeInternal, fmt.Sprintf("%s panicked: %v", method, p))}
+	}
+}
+
+// serveMessage is serve for a MessageHandler: the request and the reply
+// stay messages.
+func (ep *Endpoint) serveMessage(ctx context.Context, from fabric.NodeID, method string, h fabric.MessageHandler, req proto.Message) (r result) {
+	defer recoverHandler(method, from, &r)
+	resp, err := h.Serve(ctx, from, req)
+	if err != nil {
+		return result{err: fabric.RemoteError(fabric.CodeOf(err), err.Error())}
+	}
+	return result{msg: resp}
 }
 
 // copyOps checks every range first, as the wire transports do, then copies.
@@ -283,8 +335,7 @@ func (ep *Endpoint) copyOps(ctx context.Context, node fabric.NodeID, verb fabric
 	if err != nil {
 		return err
 	}
-	var one [1]fabric.Span
-	spans := one[:0]
+	spans := make([]fabric.Span, 0, len(ops))
 	defer func() {
 		for _, s := range spans {
 			s.Release()

@@ -101,3 +101,12 @@ func BenchmarkChecksum(b *testing.B) {
 		})
 	}
 }
+
+// TestChecksumAllocatesNothing: a checksum of a folded length (the
+// agent's and the loader's per-sample checks) takes no heap memory.
+func TestChecksumAllocatesNothing(t *testing.T) {
+	b := make([]byte, 4096)
+	if n := testing.AllocsPerRun(100, func() { Checksum(b) }); n != 0 {
+		t.Fatalf("Checksum of 4 KiB: %v allocations", n)
+	}
+}

@@ -14,6 +14,9 @@ starts no process. A ``transform`` (a function of a batch's dict of
 tensors, for decoding or augmentation) runs in ``num_workers`` worker
 processes (``forkserver`` by default, with torch, pyarrow and sluice
 imported before the fork, so workers start in a fraction of a second).
+Without options for torch's own DataLoader (collate_fn, pin_memory, ...;
+timeout is kept) the workers are this module's (_Pool), which skips
+torch's per-batch queues and threads.
 Workers live as long as their DataLoader and keep their connection and
 loader across epochs; each iteration tells them its epoch (``set_epoch``)
 or the state to resume from. Each worker reads every num_workers-th step of its rank with its own
@@ -298,10 +301,24 @@ class _Handoff:
 
     def _released(self):
         while True:
-            data = self.sock.recv(8 * 1024)
-            with self.lock:
-                for (seq,) in struct.iter_unpack("<q", data[: len(data) // 8 * 8]):
-                    self.held.pop(seq, None)
+            self._forget(self.sock.recv(8 * 1024))
+
+    def _forget(self, data):
+        with self.lock:
+            for (seq,) in struct.iter_unpack("<q", data[: len(data) // 8 * 8]):
+                self.held.pop(seq, None)
+
+    def drain(self):
+        """Takes the releases already queued now, in this thread (the
+        release thread may not have run yet): a _Pool worker does before each
+        iteration, which the training process starts only after telling it
+        of every batch it freed or dropped."""
+        while True:
+            try:
+                data = self.sock.recv(8 * 1024, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            self._forget(data)
 
     def send(self, batch, out, state):
         if not isinstance(out, dict):
@@ -351,15 +368,20 @@ def _nbytes(t):
 _release_sock = None
 
 
-def _release(name, seq):
-    """Tells a worker that the training process is done with a batch."""
+def _release(name, *seqs):
+    """Tells a worker that the training process is done with batches."""
     global _release_sock
     try:
         if _release_sock is None:
             _release_sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        _release_sock.sendto(struct.pack("<q", seq), name)
+        for i in range(0, len(seqs), _RELEASE_MAX):  # what the worker's recv takes
+            part = seqs[i:i + _RELEASE_MAX]
+            _release_sock.sendto(struct.pack("<%dq" % len(part), *part), name)
     except OSError:
         pass  # the worker is gone, and its memory with it
+
+
+_RELEASE_MAX = 1024  # sequence numbers in one datagram (8 KiB)
 
 
 class _Receiver:
@@ -370,13 +392,40 @@ class _Receiver:
     # first batch (so it is normally there already).
     _FD_WAIT = 60.0
 
-    def __init__(self):
+    # Freed batches a worker is told about together, unless they hold a
+    # quarter of its budget (then at once), or the training process is
+    # about to wait for a batch (flush): one datagram per batch woke a worker
+    # and cost a tenth of the training process's time at 4 KiB samples.
+    _RELEASE_EVERY = 8
+
+    def __init__(self, worker_budget=0):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.name = "\0sluice-torch-main-%d-%s" % (os.getpid(), secrets.token_hex(6))
         self.sock.bind(self.name)
         self.sock.settimeout(self._FD_WAIT)
         self.fds = {}   # (pid, fd in the worker) -> fd here, received, not yet mapped
         self.maps = {}  # (pid, fd in the worker) -> mmap
+        self.release_bytes = worker_budget // 4
+        self.lock = threading.Lock()  # finalizers may run in any thread
+        self.pending = {}  # worker's socket name -> ([seq], bytes) freed here, not yet told
+
+    def _freed(self, name, seq, nbytes):
+        with self.lock:
+            seqs, held = self.pending.get(name) or ([], 0)
+            seqs.append(seq)
+            self.pending[name] = (seqs, held + nbytes)
+            now = len(seqs) >= self._RELEASE_EVERY or held + nbytes >= self.release_bytes
+            if now:
+                del self.pending[name]
+        if now:
+            _release(name, *seqs)
+
+    def flush(self):
+        """Tells every worker about the batches freed here so far."""
+        with self.lock:
+            pending, self.pending = self.pending, {}
+        for name, (seqs, _) in pending.items():
+            _release(name, *seqs)
 
     def _map(self, key):
         while key not in self.fds:
@@ -409,7 +458,7 @@ class _Receiver:
         # Every tensor of this batch is a view of base, which the worker is
         # told about once the last of them is gone.
         base = np.frombuffer(mm, dtype=np.uint8)
-        weakref.finalize(base, _release, name, seq)
+        weakref.finalize(base, self._freed, name, seq, sum(n for _, n, _, _ in shared.values()))
         with _read_only_ok():
             for k, (off, n, dtype, shape) in shared.items():
                 out[k] = torch.from_numpy(base[off: off + n]).view(dtype).reshape(shape)
@@ -425,6 +474,7 @@ class _Receiver:
                 del self.maps[key]
 
     def close(self):
+        self.flush()
         self.sock.close()
         for fd in self.fds.values():
             os.close(fd)
@@ -456,6 +506,198 @@ def _worker_context(name):
     return ctx
 
 
+class _Pool:
+    """Persistent transform workers without torch's DataLoader machinery.
+
+    Torch's multiprocessing loader costs the training process an index
+    queue, a feeder thread, profiler records and lock hand-offs for every
+    batch: at small batches that was half of its time. Batches come whole
+    from an IterableDataset, so none of it is needed: each worker streams
+    its steps (every num_workers-th, as in torch) over its own pipe, the
+    training process takes them in step order, and a worker running ahead
+    is held back by its loader's memory budget. Workers are seeded and see
+    get_worker_info() as torch's persistent workers do; a worker's error is
+    raised in the training process with its traceback, and a worker that
+    dies is reported, never waited for."""
+
+    def __init__(self, dataset, n, ctx, timeout, before_wait):
+        self.dataset, self.n, self.ctx, self.timeout = dataset, n, ctx, timeout
+        self.before_wait = before_wait  # tells workers of memory freed here, which they may be waiting for
+        self.procs, self.conns = [], []
+        self.live = []  # workers still in the iteration in progress
+
+    def _start(self):
+        if self.procs and all(p.is_alive() for p in self.procs):
+            return
+        self.close()
+        base = int(torch.empty((), dtype=torch.int64).random_().item())
+        for i in range(self.n):
+            mine, theirs = self.ctx.Pipe()
+            p = self.ctx.Process(target=_pool_worker, args=(self.dataset, i, self.n, base, theirs), daemon=True)
+            p.start()
+            theirs.close()  # so that a worker's death reads as the end of its pipe
+            self.procs.append(p)
+            self.conns.append(mine)
+
+    def _recv(self, w):
+        conn, proc = self.conns[w], self.procs[w]
+        if not conn.poll():
+            self.before_wait()
+        waited = 0.0
+        while not conn.poll(1.0):
+            waited += 1.0
+            if not proc.is_alive():
+                raise sluice.SluiceError("sluice.torch: worker %d (pid %d) exited unexpectedly (exit code %s)"
+                                         % (w, proc.pid, proc.exitcode))
+            if self.timeout and waited >= self.timeout:
+                raise sluice.SluiceError("sluice.torch: worker %d gave no batch in %g s" % (w, self.timeout))
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError):
+            proc.join(1.0)
+            raise sluice.SluiceError("sluice.torch: worker %d (pid %d) exited unexpectedly (exit code %s)"
+                                     % (w, proc.pid, proc.exitcode)) from None
+        if msg[0] == "error":
+            _, typ, text = msg
+            try:
+                err = typ(text)
+            except Exception:
+                err = RuntimeError(text)
+            raise err
+        return msg
+
+    def epoch(self):
+        """This iteration's items, in step order."""
+        self._stop(self.live)  # an iteration left unfinished, its generator not closed
+        self._start()
+        self.before_wait()
+        for c in self.conns:
+            c.send(("start",))
+        active = self.live = list(range(self.n))
+        try:
+            while active:
+                for w in list(active):
+                    msg = self._recv(w)
+                    if msg[0] == "end":
+                        active.remove(w)
+                        continue
+                    self.conns[w].send(("more",))  # room for one more batch from w
+                    yield msg[1]
+        finally:
+            self._stop(active)
+
+    def _stop(self, active):
+        """Tells workers still in this iteration to leave it, and waits
+        until each has (its last batches are dropped)."""
+        for w in active:
+            try:
+                self.conns[w].send(("stop",))
+            except OSError:
+                pass
+        for w in active:
+            try:
+                while True:
+                    msg = self._recv(w)
+                    if msg[0] == "end":
+                        break
+                    _drop(msg[1])
+            except Exception:  # a dead or failing worker: start afresh next time
+                self.close()
+                return
+        active.clear()
+
+    def close(self):
+        for c in self.conns:
+            try:
+                c.send(("exit",))
+            except OSError:
+                pass
+            c.close()
+        for p in self.procs:
+            p.join(2.0)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+        self.live.clear()  # an unfinished iteration's, which has nothing left to stop
+        self.procs, self.conns, self.live = [], [], []
+
+
+def _drop(item):
+    """Gives a worker back the memory of a batch the training process will
+    never take."""
+    meta = item.get(_SHARED) if isinstance(item, dict) else None
+    if meta is not None:
+        _release(meta[2], meta[3])
+
+
+# Batches a _Pool worker makes or sends ahead of the training process
+# (torch's prefetch_factor): what it has sent is held until taken, so the
+# loader's budget bounds the rest of its read-ahead.
+_PREFETCH = 2
+_END = object()
+
+
+def _pool_worker(dataset, worker, workers, base_seed, conn):
+    """A _Pool worker: seeded and known to torch as its DataLoader workers
+    are; runs one iteration of dataset per "start", until "exit" or the
+    training process is gone."""
+    import random
+
+    from torch.utils.data._utils import worker as torch_worker
+
+    torch.set_num_threads(1)
+    seed = base_seed + worker
+    random.seed(seed)
+    torch.manual_seed(seed)
+    np.random.seed(seed % (1 << 32))
+    torch_worker._worker_info = torch_worker.WorkerInfo(id=worker, num_workers=workers, seed=seed, dataset=dataset)
+    while True:
+        try:
+            msg = conn.recv()
+        except (EOFError, OSError, KeyboardInterrupt):
+            return
+        if msg[0] == "exit":
+            return
+        if msg[0] != "start":
+            continue  # a "stop" for an iteration this worker had finished
+        handoff = _Handoff._by_pid.get(os.getpid())
+        if handoff is not None:
+            handoff.drain()  # memory the last iteration left to the training process
+        it = iter(dataset)
+        credits = _PREFETCH  # batches being made or sent and not yet taken, at most
+        try:
+            while True:
+                stop = False
+                while not stop and (credits == 0 or conn.poll()):
+                    if conn.recv()[0] == "more":
+                        credits += 1
+                    else:  # "stop": the training process left this iteration
+                        stop = True
+                if stop:
+                    break
+                item = next(it, _END)
+                if item is _END:
+                    break
+                conn.send(("batch", item))
+                credits -= 1
+            it.close()
+            conn.send(("end",))
+        except (BrokenPipeError, ConnectionResetError, KeyboardInterrupt):
+            return
+        except BaseException as e:  # noqa: B036 - reaches the training process
+            import traceback
+
+            text = "sluice.torch: worker %d: %s" % (worker, traceback.format_exc())
+            try:
+                try:
+                    conn.send(("error", type(e), text))  # raised as its own type, as torch does
+                except Exception:
+                    conn.send(("error", RuntimeError, text))
+                conn.send(("end",))
+            except OSError:
+                return
+
+
 class DataLoader:
     """torch.utils.data.DataLoader over an IterableDataset, with
     batch_size=None (batches come whole), state_dict / load_state_dict for
@@ -466,7 +708,8 @@ class DataLoader:
 
     def __init__(self, dataset, num_workers=0, multiprocessing_context="forkserver", zero_copy=True, **kw):
         self.dataset = dataset
-        self._receiver = _Receiver() if zero_copy and num_workers > 0 and dataset.transform is not None else None
+        budget = (dataset.options.get("prefetch_bytes") or _DEFAULT_PREFETCH) // max(1, num_workers)
+        self._receiver = _Receiver(budget) if zero_copy and num_workers > 0 and dataset.transform is not None else None
         dataset._handoff = self._receiver.name if self._receiver else None
         if dataset.transform is None:
             num_workers = 0  # reading needs no process: see the module's doc
@@ -477,7 +720,10 @@ class DataLoader:
                 raise ValueError("sluice.torch.DataLoader: fork workers cannot use libsluice; use forkserver or spawn")
             multiprocessing_context = _worker_context(multiprocessing_context)
         self.num_workers = num_workers
-        self._plain = not kw  # no pin_memory, collate_fn, ...: nothing for torch's loader to do
+        # No pin_memory, collate_fn, ...: nothing for torch's loader to do,
+        # so its per-batch machinery is skipped (timeout is honoured here).
+        self._plain = not (set(kw) - {"timeout"})
+        self._pool = None
         if num_workers > 0:
             # Workers live as long as this loader (connection, loader and
             # batch memory kept); each iteration they read where to start
@@ -486,8 +732,13 @@ class DataLoader:
             os.close(fd)
             weakref.finalize(self, _remove, dataset._control)
             kw["persistent_workers"] = True
-        self._dl = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=num_workers,
-                                               multiprocessing_context=multiprocessing_context, **kw)
+            if self._plain:
+                ctx = multiprocessing_context or _worker_context("forkserver")
+                flush = self._receiver.flush if self._receiver else (lambda: None)
+                self._pool = _Pool(dataset, num_workers, ctx, kw.get("timeout") or 0, flush)
+                weakref.finalize(self, self._pool.close)
+        self._dl = None if self._pool else torch.utils.data.DataLoader(
+            dataset, batch_size=None, num_workers=num_workers, multiprocessing_context=multiprocessing_context, **kw)
 
     def __iter__(self):
         self.dataset._resolve_ranks()  # before workers take a copy of it
@@ -501,8 +752,15 @@ class DataLoader:
             json.dump({"epoch": self.dataset.epoch, "start": self.dataset._start}, f)
         os.replace(path + ".new", path)
         receiver = self._receiver
+        items = self._pool.epoch() if self._pool else iter(self._dl)
         try:
-            for item in self._dl:
+            while True:
+                if receiver is not None and self._pool is None:
+                    receiver.flush()  # torch's loader may wait for memory freed here
+                try:
+                    item = next(items)
+                except StopIteration:
+                    break
                 if isinstance(item, dict) and _BATCH in item:
                     self.dataset._state = json.loads(item[_STATE])
                     yield receiver.receive(item)
@@ -512,6 +770,8 @@ class DataLoader:
                     self.dataset._state = json.loads(state)
                 yield item
         finally:
+            if self._pool is not None:
+                items.close()
             if receiver is not None:
                 receiver.forget_exited()
 

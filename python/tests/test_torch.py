@@ -266,3 +266,120 @@ def test_zero_copy_off_copies(cluster):
         assert not any(lo <= p < hi for lo, hi in memfd_ranges())
         n += len(batch["id"])
     assert n == N
+
+
+def fail_on_step_3(batch):
+    if 300 <= int(batch["id"][0]) < 400:
+        raise ValueError("bad sample in this batch")
+    return batch
+
+
+def with_worker_info(batch):
+    info = torch.utils.data.get_worker_info()
+    batch["worker"] = torch.full((len(batch["id"]),), info.id)
+    batch["rand"] = torch.rand(1).expand(len(batch["id"])).clone()
+    return batch
+
+
+def test_workers_without_torch_machinery(cluster):
+    # Plain options: the workers are sluice.torch's own, not torch's.
+    ds = st.IterableDataset("points", batch_size=100, shuffle=False, transform=with_worker_info)
+    loader = st.DataLoader(ds, num_workers=2)
+    assert loader._dl is None and loader._pool is not None
+    batches = list(loader)
+    assert [int(b["id"][0]) for b in batches] == list(range(0, N, 100))  # step order
+    assert [int(b["worker"][0]) for b in batches] == [i % 2 for i in range(len(batches))]
+    assert float(batches[0]["rand"][0]) != float(batches[1]["rand"][0])  # each worker seeded apart
+    assert st.DataLoader(ds, num_workers=2, pin_memory=False)._pool is None  # torch's options: torch's loader
+
+
+def test_worker_error_is_raised_with_its_type_and_traceback(cluster):
+    ds = st.IterableDataset("points", batch_size=100, shuffle=False, transform=fail_on_step_3)
+    loader = st.DataLoader(ds, num_workers=2)
+    with pytest.raises(ValueError, match="(?s)worker 1.*bad sample in this batch"):
+        for _ in loader:
+            pass
+    # The workers live on: the next iteration is whole up to the bad step.
+    ids = []
+    with pytest.raises(ValueError):
+        for b in loader:
+            ids += b["id"].tolist()
+    assert ids == list(range(300))
+
+
+def test_leaving_an_iteration_early_and_starting_again(cluster):
+    # The smallest budget: the batches dropped here must be back with their
+    # worker when its next iteration starts, or the loader's hard limit
+    # stops it (they are: the worker takes the releases queued at start).
+    ds = st.IterableDataset("points", batch_size=100, shuffle=True, seed=8, transform=keep_x, prefetch_bytes=1)
+    loader = st.DataLoader(ds, num_workers=2)
+    full = [b["id"].tolist() for b in loader]
+    for cut in (1, 5):
+        it = iter(loader)
+        part = [next(it)["id"].tolist() for _ in range(cut)]
+        assert part == full[:cut]
+        # Not closed: the next iteration takes the workers back from it.
+        assert [b["id"].tolist() for b in loader] == full
+    assert len(loader._pool.procs) == 2
+
+
+def test_worker_that_dies_is_reported(cluster):
+    import os
+    import signal
+
+    ds = st.IterableDataset("points", batch_size=50, transform=keep_x)
+    loader = st.DataLoader(ds, num_workers=2)
+    it = iter(loader)
+    next(it)
+    os.kill(loader._pool.procs[1].pid, signal.SIGKILL)
+    with pytest.raises(sluice_error(), match="exited unexpectedly"):
+        for _ in it:
+            pass
+    assert sorted(i for b in loader for i in b["id"].tolist()) == list(range(N))  # new workers
+
+
+def sluice_error():
+    import sluice
+
+    return sluice.SluiceError
+
+
+def test_freed_batches_reach_their_workers_in_groups(cluster):
+    # A budget of a few dozen batches per worker: the training process
+    # tells a worker of freed batches several at a time, and before it waits
+    # for one. Two epochs would exhaust the budget if any were never told.
+    ds = st.IterableDataset("points", batch_size=20, shuffle=True, seed=1, transform=keep_x, prefetch_bytes=128 << 10)
+    loader = st.DataLoader(ds, num_workers=2, timeout=60)
+    told = []
+    real = st._release
+    st._release = lambda name, *seqs: (told.append(len(seqs)), real(name, *seqs))
+    try:
+        for epoch in range(2):
+            ds.set_epoch(epoch)
+            assert sorted(i for b in loader for i in b["id"].tolist()) == list(range(N))
+    finally:
+        st._release = real
+    assert sum(told) >= 2 * N // 20 - 8 and max(told) > 1, told[:20]
+
+
+def count_calls(path, batch):
+    with open(path, "a") as f:
+        f.write("%d\n" % torch.utils.data.get_worker_info().id)
+    return batch
+
+
+def test_workers_make_at_most_two_batches_ahead(cluster, tmp_path):
+    # As torch's prefetch_factor: a batch made or sent and not yet taken
+    # holds loader memory, so a worker has two such at most.
+    import functools
+    import time
+
+    path = str(tmp_path / "calls")
+    ds = st.IterableDataset("points", batch_size=100, shuffle=False, transform=functools.partial(count_calls, path))
+    loader = st.DataLoader(ds, num_workers=2)
+    it = iter(loader)
+    next(it)  # worker 0's first: it may make two more
+    time.sleep(2)
+    calls = open(path).read().split()
+    assert (calls.count("0"), calls.count("1")) == (3, 2), calls
+    assert len(list(it)) == N // 100 - 1

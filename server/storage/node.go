@@ -117,7 +117,7 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		n.free <- i
 	}
 	fabric.Handle(n.ep, chunkio.MethodUpdate, n.update)
-	fabric.Handle(n.ep, chunkio.MethodRead, n.read)
+	fabric.HandleReadOnly(n.ep, chunkio.MethodRead, n.read)
 	fabric.Handle(n.ep, chunkio.MethodQuery, n.query)
 	fabric.Handle(n.ep, chunkio.MethodRemove, n.remove)
 	fabric.Handle(n.ep, MethodSyncList, n.syncList)
