@@ -15,8 +15,11 @@ import (
 // busy instead of waiting for each write's replication. What must see the
 // bytes waits for them (a barrier): flush and fsync (so close and fsync
 // report a failed write, and the length published covers only stored
-// bytes), reads, truncation, fallocate and the last close. The memory it
-// holds is bounded by the mount's budget.
+// bytes), reads, truncation, fallocate and the last close. The bytes in
+// flight are bounded by the mount's budget (a buffer waits for its share
+// before it is sent, and in-flight writes always end, so waiting cannot
+// deadlock); each open file also fills at most one buffer (a unit) before
+// sending it.
 //
 // Buffers that overlap are never in flight together, so a rewrite lands
 // after the write it replaces.
@@ -33,7 +36,7 @@ type writeBehind struct {
 	wg     sync.WaitGroup
 }
 
-// pending is one buffer of bytes at off, taken from the budget.
+// pending is one buffer of bytes at off.
 type pending struct {
 	off   int64
 	buf   []byte
@@ -62,38 +65,33 @@ func (w *writeBehind) write(f *sdk.File, timeout func() (context.Context, contex
 	if err := f.CheckWrite(off, len(p)); err != nil {
 		return 0, err
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.err; err != nil {
+		w.err = nil
+		return 0, err
+	}
 	for done := 0; done < len(p); {
-		w.mu.Lock()
-		if err := w.err; err != nil {
-			w.err = nil
-			w.mu.Unlock()
-			return done, err
-		}
 		at := off + int64(done)
-		if w.open == nil || at != w.open.end() || at >= w.open.limit {
+		if w.open == nil || at != w.open.end() {
 			w.sendOpen(f, timeout)
-			limit := (at/w.unit + 1) * w.unit
-			w.mu.Unlock()
-			w.budget.acquire(limit - at) // outside w.mu: finishing writes need it
-			w.mu.Lock()
-			w.sendOpen(f, timeout) // another writer's, opened meanwhile
-			w.open = &pending{off: at, buf: make([]byte, 0, limit-at), limit: limit}
+			w.open = &pending{off: at, limit: (at/w.unit + 1) * w.unit}
 		}
 		o := w.open
-		n := copy(o.buf[len(o.buf):cap(o.buf)], p[done:])
-		o.buf = o.buf[:len(o.buf)+n]
+		n := int(min(int64(len(p)-done), o.limit-at))
+		o.buf = append(o.buf, p[done:done+n]...)
 		done += n
 		w.end = max(w.end, o.end())
 		if o.end() == o.limit {
 			w.sendOpen(f, timeout)
 		}
-		w.mu.Unlock()
 	}
 	return len(p), nil
 }
 
 // sendOpen sends the open buffer, once no buffer it overlaps is in
-// flight. w.mu is held.
+// flight and the budget has room for it. w.mu is held (finishing writes
+// give their budget back without it).
 func (w *writeBehind) sendOpen(f *sdk.File, timeout func() (context.Context, context.CancelFunc)) {
 	o := w.open
 	if o == nil {
@@ -103,6 +101,7 @@ func (w *writeBehind) sendOpen(f *sdk.File, timeout func() (context.Context, con
 	for w.overlaps(o) {
 		w.cond.Wait()
 	}
+	w.budget.acquire(int64(len(o.buf)))
 	w.flying = append(w.flying, o)
 	w.wg.Add(1)
 	go func() {
@@ -110,6 +109,7 @@ func (w *writeBehind) sendOpen(f *sdk.File, timeout func() (context.Context, con
 		ctx, cancel := timeout()
 		_, err := f.WriteAtContext(ctx, o.buf, o.off)
 		cancel()
+		w.budget.release(int64(len(o.buf)))
 		w.mu.Lock()
 		for i, q := range w.flying {
 			if q == o {
@@ -122,7 +122,6 @@ func (w *writeBehind) sendOpen(f *sdk.File, timeout func() (context.Context, con
 		}
 		w.cond.Broadcast()
 		w.mu.Unlock()
-		w.budget.release(o.limit - o.off)
 	}()
 }
 
