@@ -232,12 +232,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 if self.transform is not None:
                     out = self.transform(out)
                 if handoff is not None:
-                    yield handoff.send(batch, out, json.dumps(loader.state_dict()))
+                    out = handoff.send(batch, out, json.dumps(loader.state_dict()))
                 elif with_state and isinstance(out, dict):
                     out[_STATE] = json.dumps(loader.state_dict())
-                    yield out
-                else:
-                    yield out
+                yield out
         finally:
             if not with_state:  # the state once this iteration is over
                 self._state = loader.state_dict()
