@@ -323,13 +323,15 @@ class _Handoff:
             return {_BATCH: out, _SHARED: None, _STATE: state}
         plain, shared = {}, {}
         for k, v in out.items():
-            if (isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.is_contiguous() and v.numel() > 0
-                    and self.base <= v.data_ptr() and v.data_ptr() + _nbytes(v) <= self.base + self.size):
-                shared[k] = (v.data_ptr() - self.base, _nbytes(v), v.dtype, tuple(v.shape))
-            elif isinstance(v, torch.Tensor) and v.device.type == "cpu" and _nbytes(v) <= _INLINE:
-                plain[k] = _Inline(v)  # pickled with the message: cheaper than a shared segment
-            else:
-                plain[k] = v
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+                n, p = _nbytes(v), v.data_ptr()
+                if v.is_contiguous() and n > 0 and self.base <= p and p + n <= self.base + self.size:
+                    shared[k] = (p - self.base, n, v.dtype, tuple(v.shape))
+                    continue
+                if n <= _INLINE:
+                    plain[k] = _Inline(v)  # pickled with the message: cheaper than a shared segment
+                    continue
+            plain[k] = v
         if not shared:
             return {_BATCH: plain, _SHARED: None, _STATE: state}
         self.seq += 1
