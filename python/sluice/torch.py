@@ -547,16 +547,14 @@ class _Pool:
         while not conn.poll(1.0):
             waited += 1.0
             if not proc.is_alive():
-                raise sluice.SluiceError("sluice.torch: worker %d (pid %d) exited unexpectedly (exit code %s)"
-                                         % (w, proc.pid, proc.exitcode))
+                raise self._exited(w)
             if self.timeout and waited >= self.timeout:
                 raise sluice.SluiceError("sluice.torch: worker %d gave no batch in %g s" % (w, self.timeout))
         try:
             msg = conn.recv()
         except (EOFError, OSError):
             proc.join(1.0)
-            raise sluice.SluiceError("sluice.torch: worker %d (pid %d) exited unexpectedly (exit code %s)"
-                                     % (w, proc.pid, proc.exitcode)) from None
+            raise self._exited(w) from None
         if msg[0] == "error":
             _, typ, text = msg
             try:
@@ -565,6 +563,11 @@ class _Pool:
                 err = RuntimeError(text)
             raise err
         return msg
+
+    def _exited(self, w):
+        proc = self.procs[w]
+        return sluice.SluiceError("sluice.torch: worker %d (pid %d) exited unexpectedly (exit code %s)"
+                                  % (w, proc.pid, proc.exitcode))
 
     def epoch(self):
         """This iteration's items, in step order."""
