@@ -764,13 +764,12 @@ class DataLoader:
                     item = next(items)
                 except StopIteration:
                     break
-                if isinstance(item, dict) and _BATCH in item:
-                    self.dataset._state = json.loads(item[_STATE])
-                    yield receiver.receive(item)
-                    continue
-                state = item.pop(_STATE, None) if isinstance(item, dict) else None
-                if state is not None:
-                    self.dataset._state = json.loads(state)
+                if isinstance(item, dict):
+                    state = item.pop(_STATE, None)
+                    if state is not None:
+                        self.dataset._state = json.loads(state)
+                    if _BATCH in item:  # a worker's hand-over message
+                        item = receiver.receive(item)
                 yield item
         finally:
             if self._pool is not None:
