@@ -272,30 +272,25 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	t0 := time.Now()
 	defer func() { m.Stall.Add(time.Since(t0).Seconds()) }()
 	var slot chan result
+	var ok bool
 	select {
-	case s, ok := <-r.out:
-		if !ok {
-			return nil, io.EOF
-		}
-		m.ReadAhead.Dec()
-		slot = s
+	case slot, ok = <-r.out:
 	default:
 		// Nothing read ahead: the next step may be waiting for memory that
 		// only batches this caller keeps hold (see arena.budget).
 		l.a.setHungry(true)
 		select {
-		case s, ok := <-r.out:
+		case slot, ok = <-r.out:
 			l.a.setHungry(false)
-			if !ok {
-				return nil, io.EOF
-			}
-			m.ReadAhead.Dec()
-			slot = s
 		case <-ctx.Done():
 			l.a.setHungry(false)
 			return nil, ctx.Err()
 		}
 	}
+	if !ok {
+		return nil, io.EOF
+	}
+	m.ReadAhead.Dec()
 	select {
 	case res := <-slot:
 		if res.err != nil {

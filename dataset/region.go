@@ -232,13 +232,15 @@ func (r *agentRegion) reap() {
 			}
 			delete(r.waiting, c.UserData)
 			e := rr.entries[c.UserData-rr.entries[0].UserData]
-			switch {
-			case c.Status < 0:
-				rr.err = firstErr(rr.err, fmt.Errorf("agent read of %d bytes at %d: %w", e.Length, e.Offset, unix.Errno(-c.Status)))
-			case c.Length != e.Length:
-				rr.err = firstErr(rr.err, fmt.Errorf("agent read %d of %d bytes at %d", c.Length, e.Length, e.Offset))
-			case chunkio.CRC(iov[e.BufOff:e.BufOff+uint64(e.Length)]) != c.CRC:
-				rr.err = firstErr(rr.err, fmt.Errorf("agent read of %d bytes at %d: %w", e.Length, e.Offset, chunkio.ErrChecksum))
+			if rr.err == nil { // the first failure of a read is the one it reports
+				switch {
+				case c.Status < 0:
+					rr.err = fmt.Errorf("agent read of %d bytes at %d: %w", e.Length, e.Offset, unix.Errno(-c.Status))
+				case c.Length != e.Length:
+					rr.err = fmt.Errorf("agent read %d of %d bytes at %d", c.Length, e.Length, e.Offset)
+				case chunkio.CRC(iov[e.BufOff:e.BufOff+uint64(e.Length)]) != c.CRC:
+					rr.err = fmt.Errorf("agent read of %d bytes at %d: %w", e.Length, e.Offset, chunkio.ErrChecksum)
+				}
 			}
 			if rr.left--; rr.left == 0 {
 				close(rr.done)
@@ -261,11 +263,4 @@ func (r *agentRegion) stopped(err error) {
 			rr.err = err
 		}
 	}
-}
-
-func firstErr(first, next error) error {
-	if first != nil {
-		return first
-	}
-	return next
 }

@@ -232,12 +232,10 @@ class IterableDataset(torch.utils.data.IterableDataset):
                 if self.transform is not None:
                     out = self.transform(out)
                 if handoff is not None:
-                    yield handoff.send(batch, out, json.dumps(loader.state_dict()))
+                    out = handoff.send(batch, out, json.dumps(loader.state_dict()))
                 elif with_state and isinstance(out, dict):
                     out[_STATE] = json.dumps(loader.state_dict())
-                    yield out
-                else:
-                    yield out
+                yield out
         finally:
             if not with_state:  # the state once this iteration is over
                 self._state = loader.state_dict()
@@ -325,13 +323,15 @@ class _Handoff:
             return {_BATCH: out, _SHARED: None, _STATE: state}
         plain, shared = {}, {}
         for k, v in out.items():
-            if (isinstance(v, torch.Tensor) and v.device.type == "cpu" and v.is_contiguous() and v.numel() > 0
-                    and self.base <= v.data_ptr() and v.data_ptr() + _nbytes(v) <= self.base + self.size):
-                shared[k] = (v.data_ptr() - self.base, _nbytes(v), v.dtype, tuple(v.shape))
-            elif isinstance(v, torch.Tensor) and v.device.type == "cpu" and _nbytes(v) <= _INLINE:
-                plain[k] = _Inline(v)  # pickled with the message: cheaper than a shared segment
-            else:
-                plain[k] = v
+            if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+                n, p = _nbytes(v), v.data_ptr()
+                if v.is_contiguous() and n > 0 and self.base <= p and p + n <= self.base + self.size:
+                    shared[k] = (p - self.base, n, v.dtype, tuple(v.shape))
+                    continue
+                if n <= _INLINE:
+                    plain[k] = _Inline(v)  # pickled with the message: cheaper than a shared segment
+                    continue
+            plain[k] = v
         if not shared:
             return {_BATCH: plain, _SHARED: None, _STATE: state}
         self.seq += 1
@@ -547,16 +547,14 @@ class _Pool:
         while not conn.poll(1.0):
             waited += 1.0
             if not proc.is_alive():
-                raise sluice.SluiceError("sluice.torch: worker %d (pid %d) exited unexpectedly (exit code %s)"
-                                         % (w, proc.pid, proc.exitcode))
+                raise self._exited(w)
             if self.timeout and waited >= self.timeout:
                 raise sluice.SluiceError("sluice.torch: worker %d gave no batch in %g s" % (w, self.timeout))
         try:
             msg = conn.recv()
         except (EOFError, OSError):
             proc.join(1.0)
-            raise sluice.SluiceError("sluice.torch: worker %d (pid %d) exited unexpectedly (exit code %s)"
-                                     % (w, proc.pid, proc.exitcode)) from None
+            raise self._exited(w) from None
         if msg[0] == "error":
             _, typ, text = msg
             try:
@@ -565,6 +563,11 @@ class _Pool:
                 err = RuntimeError(text)
             raise err
         return msg
+
+    def _exited(self, w):
+        proc = self.procs[w]
+        return sluice.SluiceError("sluice.torch: worker %d (pid %d) exited unexpectedly (exit code %s)"
+                                  % (w, proc.pid, proc.exitcode))
 
     def epoch(self):
         """This iteration's items, in step order."""
@@ -761,13 +764,12 @@ class DataLoader:
                     item = next(items)
                 except StopIteration:
                     break
-                if isinstance(item, dict) and _BATCH in item:
-                    self.dataset._state = json.loads(item[_STATE])
-                    yield receiver.receive(item)
-                    continue
-                state = item.pop(_STATE, None) if isinstance(item, dict) else None
-                if state is not None:
-                    self.dataset._state = json.loads(state)
+                if isinstance(item, dict):
+                    state = item.pop(_STATE, None)
+                    if state is not None:
+                        self.dataset._state = json.loads(state)
+                    if _BATCH in item:  # a worker's hand-over message
+                        item = receiver.receive(item)
                 yield item
         finally:
             if self._pool is not None:
