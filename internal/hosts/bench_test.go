@@ -267,11 +267,7 @@ func runScaleOut(ctx context.Context, tb testing.TB, p scaleParams) scaleResult 
 		next += 1 + nodes
 		clusters[i] = startCluster(ctx, tb, clusterConfig{Meta: meta, Storage: storage, Client: client,
 			TargetsPerNode: p.TargetsPerNode, Replicas: 1, ChunkSize: p.ChunkSize})
-		for _, h := range storage {
-			if err := h.SetRate(p.Rate); err != nil {
-				tb.Fatal(err)
-			}
-		}
+		clusters[i].setRate(tb, p.Rate)
 	}
 	var res scaleResult
 	dir := tb.TempDir()
@@ -295,20 +291,13 @@ func runScaleOut(ctx context.Context, tb testing.TB, p scaleParams) scaleResult 
 		}
 	}
 	largest := len(clusters) - 1
-	setRate := func(c *sluiceCluster, rate int64) {
-		for _, h := range c.cfg.Storage {
-			if err := h.SetRate(rate); err != nil {
-				tb.Fatal(err)
-			}
-		}
-	}
 	measure := func(ci, round int, s sampleSet, rate int64) {
 		c := clusters[ci]
 		nodes := p.Nodes[ci]
 		epochs := nodes
 		if rate != p.Rate {
-			setRate(c, rate)
-			defer setRate(c, p.Rate)
+			c.setRate(tb, rate)
+			defer c.setRate(tb, p.Rate)
 			// As many bytes as a capped run's time would move, at least
 			// as many epochs as one at the usual rate.
 			if rate > p.Rate {
@@ -585,11 +574,7 @@ func recoverOn(ctx context.Context, tb testing.TB, p recoveryParams, first int) 
 	storage := n.Hosts[2:]
 	c := startCluster(ctx, tb, clusterConfig{Meta: meta, Storage: storage, Client: client,
 		TargetsPerNode: p.TargetsPerNode, Replicas: 3, ChunkSize: p.ChunkSize})
-	for _, h := range storage {
-		if err := h.SetRate(p.Rate); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	c.setRate(tb, p.Rate)
 	set, err := makeSamples(tb.TempDir(), "recovery", p.SampleSize, p.Bytes)
 	if err != nil {
 		tb.Fatal(err)

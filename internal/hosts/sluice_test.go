@@ -141,6 +141,17 @@ func (c *sluiceCluster) start(ctx context.Context, h *Host, name, role string, p
 	return p, nil
 }
 
+// setRate caps every storage host's link at rate bytes per second (0:
+// no cap).
+func (c *sluiceCluster) setRate(tb testing.TB, rate int64) {
+	tb.Helper()
+	for _, h := range c.cfg.Storage {
+		if err := h.SetRate(rate); err != nil {
+			tb.Fatal(err)
+		}
+	}
+}
+
 // nodeName is storage node i's id.
 func nodeName(i int) string { return fmt.Sprint("s", i+1) }
 
