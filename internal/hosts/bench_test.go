@@ -171,16 +171,22 @@ func (c *sluiceCluster) bench(ctx context.Context, s sampleSet, epochs int, chec
 	return r, nil
 }
 
+// sum adds up xs.
+func sum(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
 // spread is max ÷ mean of xs (1 when even; 0 for nothing).
 func spread(xs []float64) float64 {
-	var sum float64
-	for _, x := range xs {
-		sum += x
-	}
-	if sum == 0 {
+	total := sum(xs)
+	if total == 0 {
 		return 0
 	}
-	return slices.Max(xs) / (sum / float64(len(xs)))
+	return slices.Max(xs) / (total / float64(len(xs)))
 }
 
 func deltas(after, before []float64) []float64 {
@@ -524,13 +530,7 @@ type recoveryRound struct {
 	Served, Sources []float64
 }
 
-func (r recoveryRound) sent() float64 {
-	var sum float64
-	for _, b := range r.Served {
-		sum += b
-	}
-	return sum
-}
+func (r recoveryRound) sent() float64 { return sum(r.Served) }
 
 // runRecovery imports a dataset with replicas 3 over capped hosts, then
 // in each round kills one storage node's process, waits until mgmtd has
