@@ -359,14 +359,12 @@ func rateName(rate int64) string {
 // node's share: the fraction cannot exceed mean ÷ max of nodes' bytes).
 func (r scaleResult) fractions(nodes, size int, rate int64, placed bool) []float64 {
 	one := map[int]float64{}
-	for _, run := range r.Runs {
-		if run.Nodes == 1 && run.Size == size && run.Rate == rate {
-			one[run.Round] = run.MBps
-		}
+	for _, run := range r.of(1, size, rate) {
+		one[run.Round] = run.MBps
 	}
 	var out []float64
-	for _, run := range r.Runs {
-		if run.Nodes == nodes && run.Size == size && run.Rate == rate && one[run.Round] > 0 {
+	for _, run := range r.of(nodes, size, rate) {
+		if one[run.Round] > 0 {
 			f := run.MBps / (float64(nodes) * one[run.Round])
 			if placed {
 				f *= run.Spread
