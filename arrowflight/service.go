@@ -89,7 +89,7 @@ func (s *Server) ListFlights(crit *flight.Criteria, stream flight.FlightService_
 			s.cfg.Logger.Warn("arrowflight: list: dataset not readable", "dataset", name, "err", err)
 			continue
 		}
-		fi := info(m, schema, Command{Dataset: name, BatchSize: DefaultBatchSize, WorldSize: 1})
+		fi := info(m, schema, datasetCommand(name))
 		if err := stream.Send(fi); err != nil {
 			return err
 		}
