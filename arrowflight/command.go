@@ -62,6 +62,11 @@ func parseCommand(b []byte, what string) (Command, error) {
 	return c, nil
 }
 
+// datasetCommand is the command for dataset name with the defaults.
+func datasetCommand(name string) Command {
+	return Command{Dataset: name, BatchSize: DefaultBatchSize, WorldSize: 1}
+}
+
 // commandOf reads a descriptor: CMD holds a Command, PATH one dataset name.
 func commandOf(d *flight.FlightDescriptor) (Command, error) {
 	if d == nil {
@@ -74,7 +79,7 @@ func commandOf(d *flight.FlightDescriptor) (Command, error) {
 		if len(d.Path) != 1 || d.Path[0] == "" {
 			return Command{}, fmt.Errorf("descriptor: a path names one dataset, got %q", d.Path)
 		}
-		return Command{Dataset: d.Path[0], BatchSize: DefaultBatchSize, WorldSize: 1}, nil
+		return datasetCommand(d.Path[0]), nil
 	}
 	return Command{}, fmt.Errorf("descriptor: type %v; use CMD (a JSON command) or PATH (a dataset name)", d.Type)
 }

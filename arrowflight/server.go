@@ -49,7 +49,6 @@ type Server struct {
 	cfg   Config
 	gs    *grpc.Server
 	slots chan struct{} // one per open stream
-	log   *slog.Logger
 }
 
 // New makes a server; Serve starts it.
@@ -86,14 +85,14 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(cfg.TLS))
 	}
-	s := &Server{cfg: cfg, gs: grpc.NewServer(opts...), slots: make(chan struct{}, cfg.MaxStreams), log: cfg.Logger}
+	s := &Server{cfg: cfg, gs: grpc.NewServer(opts...), slots: make(chan struct{}, cfg.MaxStreams)}
 	flight.RegisterFlightServiceServer(s.gs, s)
 	return s, nil
 }
 
 // Serve answers calls on ln until Close; it returns nil after Close.
 func (s *Server) Serve(ln net.Listener) error {
-	s.log.Info("arrowflight: serving", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil)
+	s.cfg.Logger.Info("arrowflight: serving", "addr", ln.Addr().String(), "tls", s.cfg.TLS != nil)
 	if err := s.gs.Serve(ln); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("arrowflight: serve %s: %w", ln.Addr(), err)
 	}

@@ -86,10 +86,10 @@ func (s *Server) ListFlights(crit *flight.Criteria, stream flight.FlightService_
 			schema, err = m.Schema()
 		}
 		if err != nil {
-			s.log.Warn("arrowflight: list: dataset not readable", "dataset", name, "err", err)
+			s.cfg.Logger.Warn("arrowflight: list: dataset not readable", "dataset", name, "err", err)
 			continue
 		}
-		fi := info(m, schema, Command{Dataset: name, BatchSize: DefaultBatchSize, WorldSize: 1})
+		fi := info(m, schema, datasetCommand(name))
 		if err := stream.Send(fi); err != nil {
 			return err
 		}
@@ -200,7 +200,7 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) error {
 	if err != nil {
 		return statusOf(err, codes.InvalidArgument)
 	}
-	s.log.Info("arrowflight: imported", "dataset", m.Name, "samples", m.Samples)
+	s.cfg.Logger.Info("arrowflight: imported", "dataset", m.Name, "samples", m.Samples)
 	meta, _ := json.Marshal(PutResult{Dataset: m.Name, Samples: m.Samples, Hash: m.Hash})
 	return stream.Send(&flight.PutResult{AppMetadata: meta})
 }

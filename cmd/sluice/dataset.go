@@ -282,8 +282,10 @@ func printOrder(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg data
 // with check every byte of the binary columns and every sample's index.
 func benchLoader(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg dataset.LoaderConfig, epochs int, check bool) error {
 	cfg.Shuffle = true
+	var seen []int32 // with check: how often each sample came this epoch
 	if check {
 		cfg.IndexColumn = "__index__"
+		seen = make([]int32, d.Manifest().Samples)
 	}
 	l, err := d.Loader(cfg)
 	if err != nil {
@@ -292,7 +294,6 @@ func benchLoader(ctx context.Context, out io.Writer, d *dataset.Dataset, cfg dat
 	defer l.Close()
 	var batches, samples, bytes int64
 	var sum uint64
-	seen := make([]int32, d.Manifest().Samples)
 	t0 := time.Now()
 	for e := 0; e < epochs; e++ {
 		l.SetEpoch(int64(e))

@@ -94,11 +94,7 @@ It prints "export SLUICE_FLIGHT=grpc://ADDR" once serving.`,
 				return err
 			}
 			defer c.Close()
-			token := cf.token
-			if token == "" {
-				token = os.Getenv("SLUICE_TOKEN")
-			}
-			stop, err := serveFlight(c, token, listen, ff, cmd.OutOrStdout())
+			stop, err := serveFlight(c, cf.tokenOrEnv(), listen, ff, cmd.OutOrStdout())
 			if err != nil {
 				return err
 			}

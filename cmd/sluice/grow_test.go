@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -17,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/internal/testproc"
 	"github.com/sluicefs/sluice/sdk"
 )
 
@@ -164,23 +163,12 @@ func replicated(t *testing.T, fs *files, metrics map[int]string, targets ...int)
 // survivors, every byte written reads back, and once the dead node is
 // retired status shows nothing draining or moving.
 func TestGrowRebalanceDrain(t *testing.T) {
-	dir := t.TempDir()
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
-	tokenFile := filepath.Join(dir, "token")
-	writeJSON(t, filepath.Join(dir, "meta.json"), map[string]any{"dir": filepath.Join(dir, "m"), "token_file": tokenFile,
-		"meta": map[string]any{"listen": addr, "expect_targets": 4, "replicas": 3, "stripe": 4, "chunk_size": 64 << 10, "max_moves": 2}})
-	startProc(t, "meta serving", "server", "--role", "meta", "--config", filepath.Join(dir, "meta.json"))
+	c := startMetaProc(t, map[string]any{"expect_targets": 4, "replicas": 3, "stripe": 4, "chunk_size": 64 << 10, "max_moves": 2})
 	metrics := map[int]string{} // storage node -> its /metrics
 	storage := func(i int) []string {
-		cfg := filepath.Join(dir, fmt.Sprintf("s%d.json", i))
-		ln, _ := net.Listen("tcp", "127.0.0.1:0")
-		metrics[i] = "http://" + ln.Addr().String() + "/metrics"
-		ln.Close()
-		writeJSON(t, cfg, map[string]any{"dir": filepath.Join(dir, fmt.Sprint("s", i)), "token_file": tokenFile, "http": ln.Addr().String(),
-			"storage": map[string]any{"cluster": addr, "node_id": fmt.Sprint("s", i), "targets": []int{i}, "chunk_size": 64 << 10, "drop_left": "1s"}})
-		return []string{"server", "--role", "storage", "--config", cfg}
+		httpAddr := testproc.FreeAddr(t)
+		metrics[i] = "http://" + httpAddr + "/metrics"
+		return c.storageArgs(i, httpAddr, map[string]any{"chunk_size": 64 << 10, "drop_left": "1s"})
 	}
 	s2 := startProc(t, "storage node", storage(2)...)
 	for _, i := range []int{1, 3, 4} {
@@ -188,7 +176,7 @@ func TestGrowRebalanceDrain(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
 	defer cancel()
-	cl, status, waitFor := watchCluster(ctx, t, addr, tokenFile)
+	cl, status, waitFor := watchCluster(ctx, t, c.addr, c.tokenFile)
 	waitFor("chain table", "chain 4 ")
 	// Bad input gets one line saying what is wrong.
 	for _, tc := range []struct {

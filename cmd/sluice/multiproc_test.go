@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -58,6 +57,44 @@ func writeJSON(t *testing.T, path string, v any) {
 	}
 }
 
+// procCluster is a meta process and the storage processes of a test, each
+// a child started from a JSON config written in dir, every one at a
+// loopback address and with the token in tokenFile.
+type procCluster struct {
+	t                    *testing.T
+	dir, addr, tokenFile string
+}
+
+// startMetaProc writes meta.json, the fields of meta plus its listen
+// address, and starts the meta process.
+func startMetaProc(t *testing.T, meta map[string]any) *procCluster {
+	t.Helper()
+	dir := t.TempDir()
+	c := &procCluster{t: t, dir: dir, addr: testproc.FreeAddr(t), tokenFile: filepath.Join(dir, "token")}
+	meta["listen"] = c.addr
+	writeJSON(t, filepath.Join(dir, "meta.json"), map[string]any{"dir": filepath.Join(dir, "m"), "token_file": c.tokenFile, "meta": meta})
+	startProc(t, "meta serving", "server", "--role", "meta", "--config", filepath.Join(dir, "meta.json"))
+	return c
+}
+
+// storageArgs writes storage node s<i>'s config, holding target i and the
+// fields of extra, its HTTP server at httpAddr unless that is empty, and
+// returns the arguments that start it.
+func (c *procCluster) storageArgs(i int, httpAddr string, extra map[string]any) []string {
+	c.t.Helper()
+	part := map[string]any{"cluster": c.addr, "node_id": fmt.Sprint("s", i), "targets": []int{i}}
+	for k, v := range extra {
+		part[k] = v
+	}
+	conf := map[string]any{"dir": filepath.Join(c.dir, fmt.Sprint("s", i)), "token_file": c.tokenFile, "storage": part}
+	if httpAddr != "" {
+		conf["http"] = httpAddr
+	}
+	path := filepath.Join(c.dir, fmt.Sprintf("s%d.json", i))
+	writeJSON(c.t, path, conf)
+	return []string{"server", "--role", "storage", "--config", path}
+}
+
 // watchCluster connects to the cluster at addr with the token in
 // tokenFile (set as SLUICE_CLUSTER and SLUICE_TOKEN too, for the CLI run in
 // the test) until ctx ends, and returns the client, a function returning
@@ -99,20 +136,9 @@ func watchCluster(ctx context.Context, t *testing.T, addr, tokenFile string) (*s
 // has noticed, writes go on, the process restarts on its data, resyncs,
 // serves again, and everything still reads back.
 func TestSeparateProcesses(t *testing.T) {
-	dir := t.TempDir()
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	addr := ln.Addr().String()
-	ln.Close()
-	tokenFile := filepath.Join(dir, "token")
-	writeJSON(t, filepath.Join(dir, "meta.json"), map[string]any{"dir": filepath.Join(dir, "m"), "token_file": tokenFile,
-		"meta": map[string]any{"listen": addr, "expect_targets": 3, "replicas": 3, "stripe": 3, "chunk_size": 1 << 20}})
-	startProc(t, "meta serving", "server", "--role", "meta", "--config", filepath.Join(dir, "meta.json"))
-	storageArgs := func(i int) []string {
-		cfg := filepath.Join(dir, fmt.Sprintf("s%d.json", i))
-		writeJSON(t, cfg, map[string]any{"dir": filepath.Join(dir, fmt.Sprint("s", i)), "token_file": tokenFile,
-			"storage": map[string]any{"cluster": addr, "node_id": fmt.Sprint("s", i), "targets": []int{i}}})
-		return []string{"server", "--role", "storage", "--config", cfg}
-	}
+	c := startMetaProc(t, map[string]any{"expect_targets": 3, "replicas": 3, "stripe": 3, "chunk_size": 1 << 20})
+	dir, addr, tokenFile := c.dir, c.addr, c.tokenFile
+	storageArgs := func(i int) []string { return c.storageArgs(i, "", nil) }
 	procs := map[int]*exec.Cmd{}
 	for i := 1; i <= 3; i++ {
 		procs[i] = startProc(t, "storage node", storageArgs(i)...)

@@ -171,16 +171,22 @@ func (c *sluiceCluster) bench(ctx context.Context, s sampleSet, epochs int, chec
 	return r, nil
 }
 
+// sum adds up xs.
+func sum(xs []float64) float64 {
+	var s float64
+	for _, x := range xs {
+		s += x
+	}
+	return s
+}
+
 // spread is max ÷ mean of xs (1 when even; 0 for nothing).
 func spread(xs []float64) float64 {
-	var sum float64
-	for _, x := range xs {
-		sum += x
-	}
-	if sum == 0 {
+	total := sum(xs)
+	if total == 0 {
 		return 0
 	}
-	return slices.Max(xs) / (sum / float64(len(xs)))
+	return slices.Max(xs) / (total / float64(len(xs)))
 }
 
 func deltas(after, before []float64) []float64 {
@@ -267,11 +273,7 @@ func runScaleOut(ctx context.Context, tb testing.TB, p scaleParams) scaleResult 
 		next += 1 + nodes
 		clusters[i] = startCluster(ctx, tb, clusterConfig{Meta: meta, Storage: storage, Client: client,
 			TargetsPerNode: p.TargetsPerNode, Replicas: 1, ChunkSize: p.ChunkSize})
-		for _, h := range storage {
-			if err := h.SetRate(p.Rate); err != nil {
-				tb.Fatal(err)
-			}
-		}
+		clusters[i].setRate(tb, p.Rate)
 	}
 	var res scaleResult
 	dir := tb.TempDir()
@@ -295,20 +297,13 @@ func runScaleOut(ctx context.Context, tb testing.TB, p scaleParams) scaleResult 
 		}
 	}
 	largest := len(clusters) - 1
-	setRate := func(c *sluiceCluster, rate int64) {
-		for _, h := range c.cfg.Storage {
-			if err := h.SetRate(rate); err != nil {
-				tb.Fatal(err)
-			}
-		}
-	}
 	measure := func(ci, round int, s sampleSet, rate int64) {
 		c := clusters[ci]
 		nodes := p.Nodes[ci]
 		epochs := nodes
 		if rate != p.Rate {
-			setRate(c, rate)
-			defer setRate(c, p.Rate)
+			c.setRate(tb, rate)
+			defer c.setRate(tb, p.Rate)
 			// As many bytes as a capped run's time would move, at least
 			// as many epochs as one at the usual rate.
 			if rate > p.Rate {
@@ -364,14 +359,12 @@ func rateName(rate int64) string {
 // node's share: the fraction cannot exceed mean ÷ max of nodes' bytes).
 func (r scaleResult) fractions(nodes, size int, rate int64, placed bool) []float64 {
 	one := map[int]float64{}
-	for _, run := range r.Runs {
-		if run.Nodes == 1 && run.Size == size && run.Rate == rate {
-			one[run.Round] = run.MBps
-		}
+	for _, run := range r.of(1, size, rate) {
+		one[run.Round] = run.MBps
 	}
 	var out []float64
-	for _, run := range r.Runs {
-		if run.Nodes == nodes && run.Size == size && run.Rate == rate && one[run.Round] > 0 {
+	for _, run := range r.of(nodes, size, rate) {
+		if one[run.Round] > 0 {
 			f := run.MBps / (float64(nodes) * one[run.Round])
 			if placed {
 				f *= run.Spread
@@ -535,13 +528,7 @@ type recoveryRound struct {
 	Served, Sources []float64
 }
 
-func (r recoveryRound) sent() float64 {
-	var sum float64
-	for _, b := range r.Served {
-		sum += b
-	}
-	return sum
-}
+func (r recoveryRound) sent() float64 { return sum(r.Served) }
 
 // runRecovery imports a dataset with replicas 3 over capped hosts, then
 // in each round kills one storage node's process, waits until mgmtd has
@@ -585,11 +572,7 @@ func recoverOn(ctx context.Context, tb testing.TB, p recoveryParams, first int) 
 	storage := n.Hosts[2:]
 	c := startCluster(ctx, tb, clusterConfig{Meta: meta, Storage: storage, Client: client,
 		TargetsPerNode: p.TargetsPerNode, Replicas: 3, ChunkSize: p.ChunkSize})
-	for _, h := range storage {
-		if err := h.SetRate(p.Rate); err != nil {
-			tb.Fatal(err)
-		}
-	}
+	c.setRate(tb, p.Rate)
 	set, err := makeSamples(tb.TempDir(), "recovery", p.SampleSize, p.Bytes)
 	if err != nil {
 		tb.Fatal(err)

@@ -32,6 +32,18 @@ func sluiceBin(tb testing.TB) string {
 	return bin
 }
 
+// writeToken writes a fresh cluster token to dir/token and returns it and
+// the file's path.
+func writeToken(tb testing.TB, dir string) (token, tokenFile string) {
+	tb.Helper()
+	token = fmt.Sprintf("hosts-%x", rand.Uint64())
+	tokenFile = filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return token, tokenFile
+}
+
 // Ports every sluice process uses on its own host.
 const (
 	metaPort   = 7400
@@ -81,11 +93,7 @@ func startCluster(ctx context.Context, tb testing.TB, cfg clusterConfig) *sluice
 		cfg.Stripe = len(cfg.Storage) * cfg.TargetsPerNode
 	}
 	c := &sluiceCluster{cfg: cfg, bin: sluiceBin(tb), dir: tb.TempDir(), storage: make([]*Proc, len(cfg.Storage))}
-	c.token = fmt.Sprintf("hosts-%x", rand.Uint64())
-	c.tokenFile = filepath.Join(c.dir, "token")
-	if err := os.WriteFile(c.tokenFile, []byte(c.token+"\n"), 0o600); err != nil {
-		tb.Fatal(err)
-	}
+	c.token, c.tokenFile = writeToken(tb, c.dir)
 	// The test process reaches the hosts' HTTP servers from the client
 	// host: the machine's own namespace has no route to them.
 	c.web = &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
@@ -131,6 +139,17 @@ func (c *sluiceCluster) start(ctx context.Context, h *Host, name, role string, p
 		return nil, err
 	}
 	return p, nil
+}
+
+// setRate caps every storage host's link at rate bytes per second (0:
+// no cap).
+func (c *sluiceCluster) setRate(tb testing.TB, rate int64) {
+	tb.Helper()
+	for _, h := range c.cfg.Storage {
+		if err := h.SetRate(rate); err != nil {
+			tb.Fatal(err)
+		}
+	}
 }
 
 // nodeName is storage node i's id.
