@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/sluicefs/sluice/sdk"
@@ -78,9 +79,9 @@ func writeMoves(w io.Writer, p *sdk.MoveProgress, chains []sdk.ChainStatus, pair
 	fmt.Fprintf(w, "moves: %d done, %d in flight, %d to go, %d cancelled; rebalance %s\n", p.Done, len(p.InFlight), p.ToGo, p.Cancelled, on)
 	for _, m := range p.InFlight {
 		state := "unknown"
-		for _, ch := range chains {
-			for _, ct := range ch.Targets {
-				if ch.ID == m.Chain && ct.Target == m.To {
+		if i := slices.IndexFunc(chains, func(ch sdk.ChainStatus) bool { return ch.ID == m.Chain }); i >= 0 {
+			for _, ct := range chains[i].Targets {
+				if ct.Target == m.To {
 					state = ct.State
 				}
 			}

@@ -155,13 +155,16 @@ func settleMove(m *mgmtdpb.ClusterMap, c *mgmtdpb.Chain) {
 // for). A leaving replica kept as the chain's last serving one, offline,
 // stays. The state machine runs it after every command.
 func settleLeaving(m *mgmtdpb.ClusterMap) {
-	replicas := map[uint32]int{}
-	for _, t := range m.Tables {
-		replicas[t.Id] = int(t.Replicas)
-	}
+	var replicas map[uint32]int // table -> replicas, once a chain has leaving ones
 	for _, c := range m.Chains {
 		if len(c.Leaving) == 0 {
 			continue
+		}
+		if replicas == nil {
+			replicas = make(map[uint32]int, len(m.Tables))
+			for _, t := range m.Tables {
+				replicas[t.Id] = int(t.Replicas)
+			}
 		}
 		rc := routing.ChainFromMap(c)
 		staying := 0

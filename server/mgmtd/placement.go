@@ -214,30 +214,37 @@ func apportion(total int, weights []int, limit int) []int {
 	}
 }
 
-// share is how many chains nodes a and b share so far.
-func (p *placer) share(a, b int) int {
-	for _, x := range p.peers[a] {
-		if int(x.node) == b {
+// peerCount is node's count in ps (0 when it has none).
+func peerCount(ps []peer, node int) int {
+	for _, x := range ps {
+		if int(x.node) == node {
 			return int(x.chains)
 		}
 	}
 	return 0
 }
 
+// addPeer adds delta to node's count in ps, appending it when it has none
+// and dropping it at zero, and returns the list.
+func addPeer(ps []peer, node, delta int) []peer {
+	k := slices.IndexFunc(ps, func(x peer) bool { return int(x.node) == node })
+	if k < 0 {
+		return append(ps, peer{node: int32(node), chains: int32(delta)})
+	}
+	ps[k].chains += int32(delta)
+	if ps[k].chains == 0 {
+		return slices.Delete(ps, k, k+1)
+	}
+	return ps
+}
+
+// share is how many chains nodes a and b share so far.
+func (p *placer) share(a, b int) int { return peerCount(p.peers[a], b) }
+
 // link adds delta to the chains a and b share.
 func (p *placer) link(a, b, delta int) {
-	for _, e := range [2][2]int{{a, b}, {b, a}} {
-		ps := p.peers[e[0]]
-		k := slices.IndexFunc(ps, func(x peer) bool { return int(x.node) == e[1] })
-		if k < 0 {
-			p.peers[e[0]] = append(ps, peer{node: int32(e[1]), chains: int32(delta)})
-			continue
-		}
-		ps[k].chains += int32(delta)
-		if ps[k].chains == 0 {
-			p.peers[e[0]] = slices.Delete(ps, k, k+1)
-		}
-	}
+	p.peers[a] = addPeer(p.peers[a], b, delta)
+	p.peers[b] = addPeer(p.peers[b], a, delta)
 }
 
 // fill places every chain greedily; a chain is a list of node numbers.

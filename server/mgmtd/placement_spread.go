@@ -84,31 +84,14 @@ func source(c []int, k int) int {
 }
 
 // sources is how many of v's chains s would resync.
-func (o *orderCost) sources(v, s int) int {
-	for _, x := range o.src[v] {
-		if int(x.node) == s {
-			return int(x.chains)
-		}
-	}
-	return 0
-}
+func (o *orderCost) sources(v, s int) int { return peerCount(o.src[v], s) }
 
 // add adds chain c, in its order, to the counts d times (-1 removes it).
 func (o *orderCost) add(c []int, d int) {
 	o.heads[c[0]] += d
 	o.tails[c[len(c)-1]] += d
 	for k, v := range c {
-		s := source(c, k)
-		ps := o.src[v]
-		i := slices.IndexFunc(ps, func(x peer) bool { return int(x.node) == s })
-		if i < 0 {
-			o.src[v] = append(ps, peer{node: int32(s), chains: int32(d)})
-			continue
-		}
-		ps[i].chains += int32(d)
-		if ps[i].chains == 0 {
-			o.src[v] = slices.Delete(ps, i, i+1)
-		}
+		o.src[v] = addPeer(o.src[v], source(c, k), d)
 	}
 }
 

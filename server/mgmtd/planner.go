@@ -251,6 +251,10 @@ func (p *plan) balanceMove() *mgmtdpb.Move {
 		if !p.free(src.Id) {
 			continue
 		}
+		// The chains src could give up, and their domains, do not depend
+		// on dst: found once per src, only when some dst is light enough.
+		var from []movableChain
+		looked := false
 		for _, dst := range pool {
 			if p.load[src.Id]-p.load[dst.Id] < 2 {
 				break
@@ -258,16 +262,38 @@ func (p *plan) balanceMove() *mgmtdpb.Move {
 			if !p.free(dst.Id) || dst.Full {
 				continue
 			}
-			for _, cid := range src.Chains {
-				c := p.chains[cid]
-				if c == nil || movable(c) != "" || departing(c, src.Id) || !p.eligible(dst, c, p.domains(c, src.Id)) {
-					continue
+			if !looked {
+				from, looked = p.movableChains(src), true
+			}
+			for _, mc := range from {
+				if p.eligible(dst, mc.c, mc.dom) {
+					return &mgmtdpb.Move{Chain: mc.c.Id, From: src.Id, To: dst.Id}
 				}
-				return &mgmtdpb.Move{Chain: cid, From: src.Id, To: dst.Id}
 			}
 		}
 	}
 	return nil
+}
+
+// movableChain is a chain a target may move a replica out of now, with
+// the failure domains its replacement must avoid.
+type movableChain struct {
+	c   *mgmtdpb.Chain
+	dom map[string]bool
+}
+
+// movableChains are src's chains, in its order, that may start a move of
+// src's replica now.
+func (p *plan) movableChains(src *mgmtdpb.Target) []movableChain {
+	var out []movableChain
+	for _, cid := range src.Chains {
+		c := p.chains[cid]
+		if c == nil || movable(c) != "" || departing(c, src.Id) {
+			continue
+		}
+		out = append(out, movableChain{c, p.domains(c, src.Id)})
+	}
+	return out
 }
 
 // ToGo counts the moves still to start on map m: those in flight are taken

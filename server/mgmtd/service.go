@@ -109,13 +109,9 @@ func (s *Service) WatchClusterMap(_ *mgmtdpb.Empty, stream grpc.ServerStreamingS
 // draining (or, with undrain, no longer draining). A name the map does not
 // know is refused whole.
 func (s *Service) Drain(ctx context.Context, req *mgmtdpb.DrainRequest) (*mgmtdpb.MoveProgress, error) {
-	m, err := s.g.ClusterMap()
+	ids, err := s.resolveDrain(req, false)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	ids, err := drainTargets(m, req, false)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 	if _, err := s.propose(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_SetDraining{SetDraining: &mgmtdpb.SetDraining{Targets: ids, Draining: !req.Undrain}}}); err != nil {
 		return nil, err
@@ -126,13 +122,9 @@ func (s *Service) Drain(ctx context.Context, req *mgmtdpb.DrainRequest) (*mgmtdp
 // Retire forgets drained targets, and nodes left with none; names the map
 // does not know are taken as retired already.
 func (s *Service) Retire(ctx context.Context, req *mgmtdpb.DrainRequest) (*mgmtdpb.MoveProgress, error) {
-	m, err := s.g.ClusterMap()
+	ids, err := s.resolveDrain(req, true)
 	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
-	ids, err := drainTargets(m, req, true)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
+		return nil, err
 	}
 	if len(ids) > 0 {
 		if _, err := s.propose(ctx, &mgmtdpb.Command{Op: &mgmtdpb.Command_RetireTargets{RetireTargets: &mgmtdpb.RetireTargets{Targets: ids}}}); err != nil {
@@ -140,6 +132,20 @@ func (s *Service) Retire(ctx context.Context, req *mgmtdpb.DrainRequest) (*mgmtd
 		}
 	}
 	return s.Moves(ctx, &mgmtdpb.Empty{})
+}
+
+// resolveDrain is drainTargets on this replica's map, failing as gRPC
+// errors.
+func (s *Service) resolveDrain(req *mgmtdpb.DrainRequest, gone bool) ([]uint32, error) {
+	m, err := s.g.ClusterMap()
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	ids, err := drainTargets(m, req, gone)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return ids, nil
 }
 
 // drainTargets resolves a drain request's nodes and targets to target ids;
