@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
@@ -177,7 +178,9 @@ func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOu
 		return fs.errno("open", in.NodeId, err)
 	}
 	if in.Flags&syscall.O_TRUNC != 0 && write {
-		if err := of.truncate(ctx, 0); err != nil {
+		err := of.truncate(ctx, 0)
+		fs.names.touched(in.NodeId)
+		if err != nil {
 			fs.Release(cancel, &gofuse.ReleaseIn{InHeader: in.InHeader, Fh: fh})
 			return fs.errno("open", in.NodeId, err)
 		}
@@ -198,13 +201,14 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 	if in.Flags&accMode != syscall.O_RDONLY {
 		var f *sdk.File
 		if f, err = fs.c.CreateOpenAt(ctx, in.NodeId, name, o); err == nil {
+			fs.names.made(in.NodeId, name, f.Inode(), time.Now())
 			fs.noCaps.add(f.Inode().Ino(), fs.cfg.AttrTimeout) // a new file has no attributes
 			out.Fh = fs.adopt(f)
 			fs.fillEntry(f.Inode(), &out.EntryOut)
 			return gofuse.OK
 		}
-	} else {
-		ino, err = fs.c.CreateAt(ctx, in.NodeId, name, o)
+	} else if ino, err = fs.c.CreateAt(ctx, in.NodeId, name, o); err == nil {
+		fs.names.made(in.NodeId, name, ino, time.Now())
 	}
 	if errors.Is(err, sdk.ErrExist) && in.Flags&syscall.O_EXCL == 0 {
 		ino, err = fs.c.StatAt(ctx, in.NodeId, name) // made by someone else meanwhile: open it
@@ -258,6 +262,7 @@ func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (ui
 		return 0, gofuse.EBADF
 	}
 	n, err := h.of.write(data, int64(in.Offset))
+	fs.names.touched(in.NodeId)
 	if err != nil {
 		return uint32(n), fs.errno("write", in.NodeId, err)
 	}
@@ -288,7 +293,9 @@ func (fs *FS) sync(op string, ino, fh uint64) gofuse.Status {
 	}
 	ctx, done := fs.op()
 	defer done()
-	return fs.errno(op, ino, h.of.sync(ctx))
+	err := h.of.sync(ctx)
+	fs.names.touched(ino) // the length it published
+	return fs.errno(op, ino, err)
 }
 
 func (fs *FS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
@@ -306,7 +313,9 @@ func (fs *FS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
 		}
 		done()
 	}
-	if err := fs.drop(h.of); err != nil {
+	err := fs.drop(h.of)
+	fs.names.touched(in.NodeId)
+	if err != nil {
 		fs.errno("release", in.NodeId, err)
 	}
 }
@@ -399,7 +408,9 @@ func (fs *FS) Fallocate(cancel <-chan struct{}, in *gofuse.FallocateIn) gofuse.S
 	}
 	ctx, done := fs.op()
 	defer done()
-	return fs.status("fallocate", in.NodeId, h.of.allocate(ctx, int64(in.Offset), int64(in.Length), in.Mode))
+	err := h.of.allocate(ctx, int64(in.Offset), int64(in.Length), in.Mode)
+	fs.names.touched(in.NodeId)
+	return fs.status("fallocate", in.NodeId, err)
 }
 
 func (of *openFile) sync(ctx context.Context) error {

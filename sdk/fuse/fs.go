@@ -84,6 +84,7 @@ type FS struct {
 	nextFh uint64
 
 	noCaps capCache
+	names  *names
 }
 
 var _ gofuse.RawFileSystem = (*FS)(nil)
@@ -92,7 +93,8 @@ var _ gofuse.RawFileSystem = (*FS)(nil)
 func NewFS(c *sdk.Client, cfg Config) *FS {
 	cfg.defaults()
 	fs := &FS{RawFileSystem: gofuse.NewDefaultRawFileSystem(), c: c, cfg: cfg, log: cfg.Logger,
-		open: map[uint64]*openFile{}, fhs: map[uint64]*handle{}, dirs: map[uint64]*dirHandle{}}
+		open: map[uint64]*openFile{}, fhs: map[uint64]*handle{}, dirs: map[uint64]*dirHandle{},
+		names: newNames(cfg.EntryTimeout, cfg.AttrTimeout)}
 	if cfg.WriteBehind > 0 {
 		fs.behind = newBudget(cfg.WriteBehind)
 	}
@@ -108,6 +110,9 @@ type Stats struct {
 	// CapsRemembered counts the kernel's reads of security.capability
 	// (one before every write) answered from memory (xattr.go).
 	CapsRemembered atomic.Int64
+	// NamesRemembered counts lookups answered from directories listed in
+	// bulk (names.go); Listings the listings taken for them.
+	NamesRemembered, Listings atomic.Int64
 }
 
 // Stats is the mount's counters.
@@ -156,11 +161,40 @@ func (fs *FS) entry(op string, ino uint64, in *sdk.FileInfo, err error, out *gof
 	return gofuse.OK
 }
 
+// Lookup answers from the names listed in bulk when it can (names.go),
+// else asks the cluster, and lists the directory once its lookups have
+// missed often enough.
 func (fs *FS) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, out *gofuse.EntryOut) gofuse.Status {
+	now := time.Now()
+	if in, entryLeft, attrLeft := fs.names.lookup(h.NodeId, name, now); in != nil {
+		fs.fillEntry(in, out)
+		out.SetEntryTimeout(entryLeft)
+		out.SetAttrTimeout(attrLeft)
+		fs.stats.NamesRemembered.Add(1)
+		return gofuse.OK
+	}
 	ctx, done := fs.op()
 	defer done()
 	in, err := fs.c.StatAt(ctx, h.NodeId, name)
+	if err == nil {
+		if list, gen := fs.names.missed(h.NodeId, now); list {
+			fs.stats.Listings.Add(1)
+			ents, err := fs.listAll(ctx, h.NodeId)
+			if err != nil {
+				fs.log.Debug("listing a directory for its lookups failed", "inode", h.NodeId, "err", err)
+			}
+			fs.names.listed(h.NodeId, gen, now, ents)
+		}
+	}
 	return fs.entry("lookup", h.NodeId, in, err, out)
+}
+
+// made answers a request that made name in dir and remembers the name.
+func (fs *FS) made(op string, dir uint64, name string, in *sdk.FileInfo, err error, out *gofuse.EntryOut) gofuse.Status {
+	if err == nil {
+		fs.names.made(dir, name, in, time.Now())
+	}
+	return fs.entry(op, dir, in, err, out)
 }
 
 // Forget: node ids are inode numbers, so the mount keeps nothing per
@@ -225,6 +259,7 @@ func (fs *FS) SetAttr(cancel <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.
 		}
 	}
 	ino, err := fs.c.SetattrAt(ctx, in.NodeId, "", s)
+	fs.names.touched(in.NodeId)
 	if err != nil {
 		return fs.errno("setattr", in.NodeId, err)
 	}
@@ -237,7 +272,7 @@ func (fs *FS) Mkdir(cancel <-chan struct{}, in *gofuse.MkdirIn, name string, out
 	ctx, done := fs.op()
 	defer done()
 	ino, err := fs.c.MkdirAt(ctx, in.NodeId, name, owner(&in.InHeader, in.Mode))
-	return fs.entry("mkdir", in.NodeId, ino, err, out)
+	return fs.made("mkdir", in.NodeId, name, ino, err, out)
 }
 
 // Mknod makes regular files, fifos, device nodes and socket files (bind(2)
@@ -247,19 +282,23 @@ func (fs *FS) Mknod(cancel <-chan struct{}, in *gofuse.MknodIn, name string, out
 	ctx, done := fs.op()
 	defer done()
 	ino, err := fs.c.MknodAt(ctx, in.NodeId, name, in.Mode, in.Rdev, owner(&in.InHeader, in.Mode))
-	return fs.entry("mknod", in.NodeId, ino, err, out)
+	return fs.made("mknod", in.NodeId, name, ino, err, out)
 }
 
 func (fs *FS) Unlink(cancel <-chan struct{}, h *gofuse.InHeader, name string) gofuse.Status {
 	ctx, done := fs.op()
 	defer done()
-	return fs.errno("unlink", h.NodeId, fs.c.UnlinkAt(ctx, h.NodeId, name))
+	err := fs.c.UnlinkAt(ctx, h.NodeId, name)
+	fs.names.removed(h.NodeId, name, time.Now()) // also when it failed: it may have been done
+	return fs.errno("unlink", h.NodeId, err)
 }
 
 func (fs *FS) Rmdir(cancel <-chan struct{}, h *gofuse.InHeader, name string) gofuse.Status {
 	ctx, done := fs.op()
 	defer done()
-	return fs.errno("rmdir", h.NodeId, fs.c.RmdirAt(ctx, h.NodeId, name))
+	err := fs.c.RmdirAt(ctx, h.NodeId, name)
+	fs.names.removed(h.NodeId, name, time.Now())
+	return fs.errno("rmdir", h.NodeId, err)
 }
 
 // renameNoReplace is renameat2's RENAME_NOREPLACE.
@@ -268,27 +307,34 @@ const renameNoReplace = 1
 func (fs *FS) Rename(cancel <-chan struct{}, in *gofuse.RenameIn, oldName, newName string) gofuse.Status {
 	ctx, done := fs.op()
 	defer done()
+	var err error
 	switch in.Flags {
 	case 0:
-		return fs.errno("rename", in.NodeId, fs.c.RenameAt(ctx, in.NodeId, oldName, in.Newdir, newName))
+		err = fs.c.RenameAt(ctx, in.NodeId, oldName, in.Newdir, newName)
 	case renameNoReplace:
-		return fs.errno("rename", in.NodeId, fs.c.RenameNoReplaceAt(ctx, in.NodeId, oldName, in.Newdir, newName))
+		err = fs.c.RenameNoReplaceAt(ctx, in.NodeId, oldName, in.Newdir, newName)
+	default:
+		return gofuse.EINVAL // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported
 	}
-	return gofuse.EINVAL // RENAME_EXCHANGE and RENAME_WHITEOUT are not supported
+	now := time.Now()
+	fs.names.removed(in.NodeId, oldName, now)
+	fs.names.removed(in.Newdir, newName, now)
+	return fs.errno("rename", in.NodeId, err)
 }
 
 func (fs *FS) Link(cancel <-chan struct{}, in *gofuse.LinkIn, name string, out *gofuse.EntryOut) gofuse.Status {
 	ctx, done := fs.op()
 	defer done()
 	ino, err := fs.c.LinkAt(ctx, in.Oldnodeid, "", in.NodeId, name)
-	return fs.entry("link", in.NodeId, ino, err, out)
+	fs.names.touched(in.Oldnodeid)
+	return fs.made("link", in.NodeId, name, ino, err, out)
 }
 
 func (fs *FS) Symlink(cancel <-chan struct{}, h *gofuse.InHeader, target, name string, out *gofuse.EntryOut) gofuse.Status {
 	ctx, done := fs.op()
 	defer done()
 	ino, err := fs.c.SymlinkAt(ctx, h.NodeId, name, target, owner(h, 0o777))
-	return fs.entry("symlink", h.NodeId, ino, err, out)
+	return fs.made("symlink", h.NodeId, name, ino, err, out)
 }
 
 func (fs *FS) Readlink(cancel <-chan struct{}, h *gofuse.InHeader) ([]byte, gofuse.Status) {

@@ -104,7 +104,9 @@ func (fs *FS) SetXAttr(cancel <-chan struct{}, in *gofuse.SetXAttrIn, attr strin
 	}
 	ctx, done := fs.op()
 	defer done()
-	return fs.status("setxattr", in.NodeId, fs.c.SetXattrAt(ctx, in.NodeId, "", attr, data, in.Flags))
+	err := fs.c.SetXattrAt(ctx, in.NodeId, "", attr, data, in.Flags)
+	fs.names.touched(in.NodeId) // its ctime
+	return fs.status("setxattr", in.NodeId, err)
 }
 
 func (fs *FS) RemoveXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr string) gofuse.Status {
@@ -116,7 +118,9 @@ func (fs *FS) RemoveXAttr(cancel <-chan struct{}, h *gofuse.InHeader, attr strin
 	}
 	ctx, done := fs.op()
 	defer done()
-	return fs.status("removexattr", h.NodeId, fs.c.RemoveXattrAt(ctx, h.NodeId, "", attr))
+	err := fs.c.RemoveXattrAt(ctx, h.NodeId, "", attr)
+	fs.names.touched(h.NodeId)
+	return fs.status("removexattr", h.NodeId, err)
 }
 
 // securityByRoot refuses changes to security.* by anyone but root.

@@ -1,0 +1,224 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicefs/sluice/sdk"
+)
+
+// TestNamesRules drives the name memory by hand, with entries a real
+// cluster listed: when it lists, what it answers and for how long, and
+// what a local change takes away.
+func TestNamesRules(t *testing.T) {
+	mt := mount(t, 64<<10)
+	ctx := context.Background()
+	d, err := mt.cl.MkdirAt(ctx, 1, "rules", sdk.Owner{Mode: 0o755})
+	must(t, err)
+	for i := range 4 {
+		_, err := mt.cl.MknodAt(ctx, d.Ino(), fmt.Sprint("f", i), syscall.S_IFREG|0o644, 0, sdk.Owner{Mode: 0o644})
+		must(t, err)
+	}
+	ents, _, err := mt.cl.ListAt(ctx, d.Ino(), "", "", 100)
+	must(t, err)
+	if len(ents) != 4 {
+		t.Fatalf("listed %d entries, want 4", len(ents))
+	}
+	byName := map[string]*sdk.FileInfo{}
+	for _, e := range ents {
+		byName[e.Name()] = e.FileInfo()
+	}
+
+	n := newNames(time.Second, 500*time.Millisecond)
+	t0 := time.Now()
+	dir := d.Ino()
+	for i := 1; i < minListMisses; i++ {
+		if list, _ := n.missed(dir, t0); list {
+			t.Fatalf("listing asked for after %d misses, want %d", i, minListMisses)
+		}
+	}
+	list, gen := n.missed(dir, t0)
+	if !list {
+		t.Fatalf("no listing after %d misses", minListMisses)
+	}
+	if again, _ := n.missed(dir, t0); again {
+		t.Fatal("a second listing asked for while one is on its way")
+	}
+	n.listed(dir, gen, t0, ents)
+
+	fi, entryLeft, attrLeft := n.lookup(dir, "f1", t0.Add(100*time.Millisecond))
+	if fi == nil || fi.Ino() != byName["f1"].Ino() {
+		t.Fatalf("f1 not answered from the listing: %v", fi)
+	}
+	if entryLeft != 900*time.Millisecond || attrLeft != 400*time.Millisecond {
+		t.Fatalf("timeouts left %v and %v, want what is left of 1s and 500ms from the listing", entryLeft, attrLeft)
+	}
+	if fi, _, _ := n.lookup(dir, "f1", t0.Add(500*time.Millisecond)); fi != nil {
+		t.Fatal("f1 answered past the attribute timeout")
+	}
+	if fi, _, _ := n.lookup(dir, "missing", t0); fi != nil {
+		t.Fatal("a name the listing lacks was answered")
+	}
+
+	// Local changes: an inode changed here, a name removed here, a name
+	// made here.
+	n.touched(byName["f2"].Ino())
+	if fi, _, _ := n.lookup(dir, "f2", t0); fi != nil {
+		t.Fatal("f2 answered after a local change to it")
+	}
+	n.removed(dir, "f3", t0)
+	if fi, _, _ := n.lookup(dir, "f3", t0); fi != nil {
+		t.Fatal("f3 answered after it was removed here")
+	}
+	if fi, _, _ := n.lookup(dir, "f0", t0); fi == nil {
+		t.Fatal("f0 lost by changes to other names")
+	}
+	n.made(dir, "f3-again", byName["f3"], t0)
+	if fi, _, _ := n.lookup(dir, "f3-again", t0); fi == nil || fi.Ino() != byName["f3"].Ino() {
+		t.Fatal("a name made here is not answered")
+	}
+
+	// A listing that began before a local change to its directory is not
+	// kept (it may hold a name removed here since).
+	n2 := newNames(time.Second, time.Second)
+	for range minListMisses - 1 {
+		n2.missed(dir, t0)
+	}
+	_, gen = n2.missed(dir, t0)
+	n2.removed(dir, "f0", t0) // unknown to n2: it forgets everything
+	n2.listed(dir, gen, t0, ents)
+	if fi, _, _ := n2.lookup(dir, "f0", t0); fi != nil {
+		t.Fatal("a listing overtaken by a change of its directory was kept")
+	}
+	// The next listing is due after len/listCost misses, at least
+	// minListMisses.
+	for i := 1; i < minListMisses; i++ {
+		if list, _ := n2.missed(dir, t0); list {
+			t.Fatalf("relisted after %d misses", i)
+		}
+	}
+	if list, _ := n2.missed(dir, t0); !list {
+		t.Fatal("no second listing")
+	}
+}
+
+// TestNamesThroughMount: stat-ing every file of a directory costs a
+// listing, not a round trip each, and what this mount changes shows at
+// once while what another client changes shows within the timeouts.
+func TestNamesThroughMount(t *testing.T) {
+	mt := mount(t, 64<<10)
+	ctx := context.Background()
+	at := func(p string) string { return filepath.Join(mt.dir, "d", p) }
+	must(t, os.Mkdir(filepath.Join(mt.dir, "d"), 0o755))
+	const files = 64
+	for i := range files {
+		f, err := mt.cl.Create(ctx, fmt.Sprintf("/d/f%d", i))
+		must(t, err)
+		_, err = f.WriteAt(make([]byte, i), 0)
+		must(t, err)
+		must(t, f.Close())
+	}
+	stats := mt.m.FS.Stats()
+	for i := range files {
+		st, err := os.Stat(at(fmt.Sprint("f", i)))
+		must(t, err)
+		if st.Size() != int64(i) {
+			t.Fatalf("f%d: size %d, want %d", i, st.Size(), i)
+		}
+	}
+	if stats.Listings.Load() != 1 || stats.NamesRemembered.Load() < files-minListMisses {
+		t.Fatalf("%d listings and %d lookups answered from them, want 1 and at least %d",
+			stats.Listings.Load(), stats.NamesRemembered.Load(), files-minListMisses)
+	}
+
+	// Changes through this mount show at once, whatever it remembers.
+	must(t, os.Chmod(at("f1"), 0o600))
+	must(t, os.WriteFile(at("f2"), make([]byte, 1000), 0o644))
+	must(t, os.Remove(at("f3")))
+	must(t, os.Link(at("f4"), at("g4")))
+	must(t, os.Rename(at("f5"), at("h5")))
+	must(t, os.Truncate(at("f6"), 4096))
+	// The kernel would answer from its own entries, so that the mount is
+	// not asked: drop them (root only), so every stat below reaches it.
+	if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+		t.Skipf("cannot drop the kernel's entries (needs root): %v", err)
+	}
+	remembered := stats.NamesRemembered.Load()
+	sizeIs := func(want int64) func(os.FileInfo) error {
+		return func(st os.FileInfo) error {
+			if st.Size() != want {
+				return fmt.Errorf("size %d, want %d", st.Size(), want)
+			}
+			return nil
+		}
+	}
+	check := func(name string, want func(os.FileInfo) error) {
+		t.Helper()
+		st, err := os.Stat(at(name))
+		if err == nil {
+			err = want(st)
+		}
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	check("f1", func(st os.FileInfo) error {
+		if st.Mode().Perm() != 0o600 {
+			return fmt.Errorf("mode %v, want 0600", st.Mode())
+		}
+		return nil
+	})
+	check("f2", sizeIs(1000))
+	if _, err := os.Stat(at("f3")); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("f3 after unlink: %v", err)
+	}
+	for _, name := range []string{"f4", "g4"} {
+		check(name, func(st os.FileInfo) error {
+			if n := st.Sys().(*syscall.Stat_t).Nlink; n != 2 {
+				return fmt.Errorf("%d links, want 2", n)
+			}
+			return nil
+		})
+	}
+	if _, err := os.Stat(at("f5")); !errors.Is(err, iofs.ErrNotExist) {
+		t.Errorf("f5 after rename: %v", err)
+	}
+	check("h5", sizeIs(5))
+	check("f6", sizeIs(4096))
+
+	check("f9", sizeIs(9)) // unchanged: answered from memory
+	if stats.NamesRemembered.Load() == remembered {
+		t.Error("no stat after the local changes was answered from memory: the kernel still held its entries")
+	}
+
+	// A change by another client shows once the timeouts (1s) have
+	// passed since the listing.
+	for i := range files {
+		os.Stat(at(fmt.Sprint("f", i))) // listed afresh
+	}
+	must(t, mt.cl.Truncate(ctx, "/d/f7", 777))
+	must(t, mt.cl.Chmod(ctx, "/d/f8", 0o640))
+	time.Sleep(1100 * time.Millisecond)
+	check("f7", sizeIs(777))
+	check("f8", func(st os.FileInfo) error {
+		if st.Mode().Perm() != 0o640 {
+			return fmt.Errorf("mode %v a timeout after another client's chmod, want 0640", st.Mode())
+		}
+		return nil
+	})
+	// A name another client made is found at once: absent names are
+	// never answered from memory.
+	f, err := mt.cl.Create(ctx, "/d/new")
+	must(t, err)
+	must(t, f.Close())
+	if _, err := os.Stat(at("new")); err != nil {
+		t.Errorf("a name made by another client: %v", err)
+	}
+}
