@@ -20,6 +20,12 @@ type Config struct {
 	// inode's attributes and a name's lookup (1s): short, since other
 	// clients change the namespace too.
 	AttrTimeout, EntryTimeout time.Duration
+	// NegativeTimeout is how long the kernel may cache that a name does
+	// not exist (0: not at all). Longer saves the round trip of a
+	// repeated probe for a missing name (a PATH search, Python's imports)
+	// but hides a name made by another client for that long; names made
+	// through this mount show at once either way.
+	NegativeTimeout time.Duration
 	// OpTimeout bounds each request to the cluster (60s); past it the
 	// caller gets ETIMEDOUT (sdk.Errno).
 	OpTimeout time.Duration
@@ -176,6 +182,11 @@ func (fs *FS) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, ou
 	ctx, done := fs.op()
 	defer done()
 	in, err := fs.c.StatAt(ctx, h.NodeId, name)
+	if errors.Is(err, sdk.ErrNotExist) && fs.cfg.NegativeTimeout > 0 {
+		*out = gofuse.EntryOut{} // node id 0: the kernel keeps the absence
+		out.SetEntryTimeout(fs.cfg.NegativeTimeout)
+		return gofuse.OK
+	}
 	if err == nil {
 		if list, gen := fs.names.missed(h.NodeId, now); list {
 			fs.stats.Listings.Add(1)

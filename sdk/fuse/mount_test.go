@@ -48,6 +48,12 @@ func mountWith(t testing.TB, cfg cluster.Config) *mounted {
 // another machine would.
 func mountOn(t testing.TB, c *cluster.Cluster) *mounted {
 	t.Helper()
+	return mountOnWith(t, c, Config{AllowOther: true})
+}
+
+// mountOnWith is mountOn with the mount configured by cfg.
+func mountOnWith(t testing.TB, c *cluster.Cluster, cfg Config) *mounted {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token})
@@ -56,7 +62,7 @@ func mountOn(t testing.TB, c *cluster.Cluster) *mounted {
 	}
 	t.Cleanup(func() { cl.Close() })
 	dir := t.TempDir()
-	m, err := New(cl, dir, Config{AllowOther: true})
+	m, err := New(cl, dir, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -222,3 +222,37 @@ func TestNamesThroughMount(t *testing.T) {
 		t.Errorf("a name made by another client: %v", err)
 	}
 }
+
+// TestNegativeTimeout: with --negative-timeout the kernel keeps that a
+// name is absent, so a name another client makes meanwhile shows only
+// after it; without it (the default) at once; and a name made through
+// the mount itself shows at once either way.
+func TestNegativeTimeout(t *testing.T) {
+	plain := mount(t, 64<<10)
+	neg := mountOnWith(t, plain.c, Config{AllowOther: true, NegativeTimeout: 2 * time.Second})
+	ctx := context.Background()
+	late, mine := filepath.Join(neg.dir, "late"), filepath.Join(neg.dir, "mine")
+	for _, p := range []string{late, mine, filepath.Join(plain.dir, "late")} {
+		if _, err := os.Stat(p); !errors.Is(err, iofs.ErrNotExist) {
+			t.Fatalf("%s before it is made: %v", p, err)
+		}
+	}
+	t0 := time.Now()
+	f, err := plain.cl.Create(ctx, "/late")
+	must(t, err)
+	must(t, f.Close())
+	if _, err := os.Stat(filepath.Join(plain.dir, "late")); err != nil {
+		t.Errorf("the default mount does not find a name made elsewhere at once: %v", err)
+	}
+	if _, err := os.Stat(late); !errors.Is(err, iofs.ErrNotExist) && time.Since(t0) < time.Second {
+		t.Errorf("within the negative timeout the mount asked again: %v", err)
+	}
+	must(t, os.WriteFile(mine, []byte("x"), 0o644))
+	if _, err := os.Stat(mine); err != nil {
+		t.Errorf("a name made through the mount after a cached absence: %v", err)
+	}
+	time.Sleep(time.Until(t0.Add(2100 * time.Millisecond)))
+	if _, err := os.Stat(late); err != nil {
+		t.Errorf("past the negative timeout: %v", err)
+	}
+}
