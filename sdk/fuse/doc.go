@@ -12,7 +12,9 @@
 // kernel's handles on it), sequential readahead into registered memory,
 // write-behind (writeback.go: writes return once the mount holds the
 // bytes; close, fsync and reads wait for them),
-// directory listings between opendir and releasedir, the files known for a
+// directory listings between opendir and releasedir, directories listed in
+// bulk to answer a run of lookups (names.go: never past the entry and
+// attribute timeouts, this mount's own changes applied at once), the files known for a
 // moment to have no security.capability (which the kernel reads before
 // every write), and the mapping of errors to errno values.
 //
