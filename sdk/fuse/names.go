@@ -120,6 +120,9 @@ func (n *names) missed(dir uint64, now time.Time) (list bool, gen uint64) {
 func (n *names) dir(ino uint64) *dirMemory {
 	d := n.dirs[ino]
 	if d == nil {
+		if len(n.dirs) >= maxNames { // a walk over many directories
+			n.forgetAll()
+		}
 		d = &dirMemory{ents: map[string]nameEntry{}}
 		n.dirs[ino] = d
 	}
