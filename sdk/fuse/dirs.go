@@ -118,6 +118,14 @@ func typeBits(t iofs.FileMode) uint32 {
 		return syscall.S_IFDIR
 	case t&iofs.ModeSymlink != 0:
 		return syscall.S_IFLNK
+	case t&iofs.ModeNamedPipe != 0:
+		return syscall.S_IFIFO
+	case t&iofs.ModeSocket != 0:
+		return syscall.S_IFSOCK
+	case t&iofs.ModeCharDevice != 0:
+		return syscall.S_IFCHR
+	case t&iofs.ModeDevice != 0:
+		return syscall.S_IFBLK
 	}
 	return syscall.S_IFREG
 }

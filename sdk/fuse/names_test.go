@@ -256,3 +256,28 @@ func TestNegativeTimeout(t *testing.T) {
 		t.Errorf("past the negative timeout: %v", err)
 	}
 }
+
+// TestReadDirTypes: a listing names each entry's type as stat does, the
+// special files' too (ls --color and find -type read it from readdir).
+func TestReadDirTypes(t *testing.T) {
+	mt := mount(t, 64<<10)
+	at := func(p string) string { return filepath.Join(mt.dir, p) }
+	must(t, os.WriteFile(at("file"), nil, 0o644))
+	must(t, os.Mkdir(at("dir"), 0o755))
+	must(t, os.Symlink("file", at("link")))
+	must(t, syscall.Mkfifo(at("fifo"), 0o644))
+	must(t, syscall.Mknod(at("sock"), syscall.S_IFSOCK|0o644, 0))
+	want := map[string]iofs.FileMode{"file": 0, "dir": iofs.ModeDir, "link": iofs.ModeSymlink,
+		"fifo": iofs.ModeNamedPipe, "sock": iofs.ModeSocket}
+	ents, err := os.ReadDir(mt.dir)
+	must(t, err)
+	for _, e := range ents {
+		if w, ok := want[e.Name()]; ok && e.Type() != w {
+			t.Errorf("%s: readdir type %v, want %v", e.Name(), e.Type(), w)
+		}
+		delete(want, e.Name())
+	}
+	if len(want) != 0 {
+		t.Errorf("not listed: %v", want)
+	}
+}
