@@ -149,21 +149,27 @@ func (fi *FileInfo) UnixMode() uint32 {
 	if fi.mode&fs.ModeSticky != 0 {
 		m |= syscall.S_ISVTX
 	}
-	switch fi.mode.Type() {
+	return m | UnixType(fi.mode)
+}
+
+// UnixType is the stat(2) type bits (S_IFREG, S_IFDIR, ...) of mode's
+// type.
+func UnixType(mode fs.FileMode) uint32 {
+	switch mode.Type() {
 	case fs.ModeDir:
-		return m | syscall.S_IFDIR
+		return syscall.S_IFDIR
 	case fs.ModeSymlink:
-		return m | syscall.S_IFLNK
+		return syscall.S_IFLNK
 	case fs.ModeNamedPipe:
-		return m | syscall.S_IFIFO
+		return syscall.S_IFIFO
 	case fs.ModeDevice | fs.ModeCharDevice:
-		return m | syscall.S_IFCHR
+		return syscall.S_IFCHR
 	case fs.ModeDevice:
-		return m | syscall.S_IFBLK
+		return syscall.S_IFBLK
 	case fs.ModeSocket:
-		return m | syscall.S_IFSOCK
+		return syscall.S_IFSOCK
 	}
-	return m | syscall.S_IFREG
+	return syscall.S_IFREG
 }
 
 // withSize is fi with another length (a handle's own idea of it).

@@ -2,7 +2,6 @@ package fuse
 
 import (
 	"context"
-	iofs "io/fs"
 	"sync"
 	"syscall"
 
@@ -23,19 +22,29 @@ type dirHandle struct {
 // listPage is how many entries one List call asks for.
 const listPage = 1000
 
-func (fs *FS) list(ctx context.Context, d *dirHandle) error {
-	d.entries = d.entries[:0]
+func (fs *FS) list(ctx context.Context, d *dirHandle) (err error) {
+	d.entries, _, err = fs.listDir(ctx, d.ino, d.entries[:0], 0)
+	return err
+}
+
+// listDir appends directory dir's entries, each with its attributes, to
+// ents, in pages; with limit > 0 it stops past limit entries and says the
+// listing is not whole.
+func (fs *FS) listDir(ctx context.Context, dir uint64, ents []sdk.DirEntry, limit int) ([]sdk.DirEntry, bool, error) {
 	after := ""
 	for {
-		ents, more, err := fs.c.ListAt(ctx, d.ino, "", after, listPage)
+		page, more, err := fs.c.ListAt(ctx, dir, "", after, listPage)
 		if err != nil {
-			return err
+			return ents, false, err
 		}
-		d.entries = append(d.entries, ents...)
-		if !more || len(ents) == 0 {
-			return nil
+		ents = append(ents, page...)
+		if limit > 0 && len(ents) > limit {
+			return ents, false, nil
 		}
-		after = ents[len(ents)-1].Name()
+		if !more || len(page) == 0 {
+			return ents, true, nil
+		}
+		after = page[len(page)-1].Name()
 	}
 }
 
@@ -92,7 +101,7 @@ func (fs *FS) readDir(in *gofuse.ReadIn, out *gofuse.DirEntryList, plus bool) go
 		default:
 			ent := d.entries[off-2]
 			ino = ent.FileInfo()
-			e.Name, e.Ino, e.Mode = ent.Name(), ent.Ino(), typeBits(ent.Type())
+			e.Name, e.Ino, e.Mode = ent.Name(), ent.Ino(), sdk.UnixType(ent.Type())
 		}
 		if !plus {
 			if !out.AddDirEntry(e) {
@@ -109,25 +118,6 @@ func (fs *FS) readDir(in *gofuse.ReadIn, out *gofuse.DirEntryList, plus bool) go
 		}
 	}
 	return gofuse.OK
-}
-
-// typeBits is stat(2)'s file type bits for an entry's fs.FileMode type.
-func typeBits(t iofs.FileMode) uint32 {
-	switch {
-	case t&iofs.ModeDir != 0:
-		return syscall.S_IFDIR
-	case t&iofs.ModeSymlink != 0:
-		return syscall.S_IFLNK
-	case t&iofs.ModeNamedPipe != 0:
-		return syscall.S_IFIFO
-	case t&iofs.ModeSocket != 0:
-		return syscall.S_IFSOCK
-	case t&iofs.ModeCharDevice != 0:
-		return syscall.S_IFCHR
-	case t&iofs.ModeDevice != 0:
-		return syscall.S_IFBLK
-	}
-	return syscall.S_IFREG
 }
 
 func (fs *FS) ReleaseDir(in *gofuse.ReleaseIn) {

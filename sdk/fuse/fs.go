@@ -190,9 +190,12 @@ func (fs *FS) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, ou
 	if err == nil {
 		if list, gen := fs.names.missed(h.NodeId, now); list {
 			fs.stats.Listings.Add(1)
-			ents, err := fs.listAll(ctx, h.NodeId)
+			ents, whole, err := fs.listDir(ctx, h.NodeId, nil, maxListed)
 			if err != nil {
 				fs.log.Debug("listing a directory for its lookups failed", "inode", h.NodeId, "err", err)
+			}
+			if !whole {
+				ents = nil
 			}
 			fs.names.listed(h.NodeId, gen, now, ents)
 		}

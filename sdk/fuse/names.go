@@ -1,7 +1,6 @@
 package fuse
 
 import (
-	"context"
 	"sync"
 	"time"
 
@@ -235,25 +234,4 @@ func (n *names) forgetAll() {
 		delete(n.dirs, ino)
 	}
 	n.count = 0
-}
-
-// listAll lists directory dir whole with each entry's attributes, in
-// pages; nil if it has more than maxListed entries.
-func (fs *FS) listAll(ctx context.Context, dir uint64) ([]sdk.DirEntry, error) {
-	var all []sdk.DirEntry
-	after := ""
-	for {
-		ents, more, err := fs.c.ListAt(ctx, dir, "", after, listPage)
-		if err != nil {
-			return nil, err
-		}
-		all = append(all, ents...)
-		if len(all) > maxListed {
-			return nil, nil
-		}
-		if !more || len(ents) == 0 {
-			return all, nil
-		}
-		after = ents[len(ents)-1].Name()
-	}
 }
