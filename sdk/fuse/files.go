@@ -122,7 +122,7 @@ func (of *openFile) set(fs *FS, f *sdk.File, write bool) {
 	of.f, of.writer, of.op = f, write, fs.op
 	of.ra = newReadahead(fs.c, f, fs.cfg.Readahead, &fs.stats)
 	if write && fs.behind != nil {
-		of.wb = newWriteBehind(fs.behind, f.Inode().ChunkSize())
+		of.wb = newWriteBehind(fs.behind, f.Inode().ChunkSize(), of.ra.invalidate)
 	}
 }
 
@@ -348,6 +348,11 @@ func (of *openFile) read(ctx context.Context, p []byte, off int64) (int, error) 
 	return n, err
 }
 
+// write writes p at off. The readahead's windows are made stale when the
+// bytes are taken and again once they are on storage (here, or when the
+// write behind lands): a window the kernel's readahead had fetched in
+// between, with the old bytes, is never served. The same holds for
+// truncate and allocate.
 func (of *openFile) write(p []byte, off int64) (int, error) {
 	of.mu.RLock()
 	defer of.mu.RUnlock()
@@ -356,6 +361,7 @@ func (of *openFile) write(p []byte, off int64) (int, error) {
 	if of.wb != nil {
 		return of.wb.write(of.f, of.op, p, off)
 	}
+	defer of.ra.invalidate()
 	return of.f.WriteAt(p, off)
 }
 
@@ -363,6 +369,7 @@ func (of *openFile) truncate(ctx context.Context, size int64) error {
 	of.mu.RLock()
 	defer of.mu.RUnlock()
 	of.ra.invalidate()
+	defer of.ra.invalidate()
 	if err := of.settle(); err != nil {
 		return err
 	}
@@ -376,6 +383,7 @@ func (of *openFile) allocate(ctx context.Context, off, n int64, mode uint32) err
 	of.mu.RLock()
 	defer of.mu.RUnlock()
 	of.ra.invalidate()
+	defer of.ra.invalidate()
 	if err := of.settle(); err != nil {
 		return err
 	}

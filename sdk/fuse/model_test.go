@@ -61,7 +61,7 @@ func TestRandomOperations(t *testing.T) {
 			for i < min(k, len(want)) && got[i] == want[i] {
 				i++
 			}
-			fail("read %d+%d: got %d bytes, want %d; first difference at %d", off, n, k, len(want), off+i)
+			fail("read %d+%d: got %d bytes, want %d; first difference at %d (%s)", off, n, k, len(want), off+i, sdkSees(mt, want, off))
 		}
 	}
 	for i := 0; i < ops; i++ {
@@ -135,6 +135,25 @@ func TestRandomOperations(t *testing.T) {
 	if got := sdkRead(t, mt, "/fsx"); !bytes.Equal(got, model) {
 		fail("the SDK reads %d bytes, want %d, equal=%v", len(got), len(model), bytes.Equal(got, model))
 	}
+}
+
+// sdkSees says whether the SDK, reading /fsx on its own, finds want at
+// off: whether a mismatch is the mount's or the cluster's.
+func sdkSees(mt *mounted, want []byte, off int) string {
+	f, err := mt.cl.Open(context.Background(), "/fsx")
+	if err != nil {
+		return fmt.Sprintf("the SDK cannot open it: %v", err)
+	}
+	defer f.Close()
+	got := make([]byte, len(want))
+	n, err := f.ReadAt(got, int64(off))
+	if err != nil && err != io.EOF {
+		return fmt.Sprintf("the SDK cannot read it: %v", err)
+	}
+	if n == len(want) && bytes.Equal(got, want) {
+		return "the SDK reads the right bytes there"
+	}
+	return fmt.Sprintf("the SDK reads %d bytes there, equal=%v", n, bytes.Equal(got[:n], want))
 }
 
 // sdkRead reads a whole file through the SDK.

@@ -25,7 +25,8 @@ import (
 // after the write it replaces.
 type writeBehind struct {
 	budget *budget
-	unit   int64 // a buffer's most: the chunk size, or less
+	unit   int64  // a buffer's most: the chunk size, or less
+	landed func() // called when a buffer's write ends, before barriers see it
 
 	mu     sync.Mutex
 	cond   sync.Cond  // a sent buffer finished
@@ -45,12 +46,15 @@ type pending struct {
 
 func (p *pending) end() int64 { return p.off + int64(len(p.buf)) }
 
-func newWriteBehind(b *budget, chunkSize uint32) *writeBehind {
+// newWriteBehind writes behind within budget b in buffers of at most a
+// chunk; landed is called each time a buffer's write has ended (the
+// readahead's windows fetched while it was on its way are stale then).
+func newWriteBehind(b *budget, chunkSize uint32, landed func()) *writeBehind {
 	unit := int64(chunkSize)
 	if unit <= 0 || unit > maxUnit {
 		unit = maxUnit
 	}
-	w := &writeBehind{budget: b, unit: unit}
+	w := &writeBehind{budget: b, unit: unit, landed: landed}
 	w.cond.L = &w.mu
 	return w
 }
@@ -109,6 +113,7 @@ func (w *writeBehind) sendOpen(f *sdk.File, timeout func() (context.Context, con
 		ctx, cancel := timeout()
 		_, err := f.WriteAtContext(ctx, o.buf, o.off)
 		cancel()
+		w.landed()
 		w.budget.release(int64(len(o.buf)))
 		w.mu.Lock()
 		for i, q := range w.flying {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/sdk"
+	"github.com/sluicefs/sluice/server/cluster"
 )
 
 // TestWriteBehindVisible: bytes written behind are the file's at once to
@@ -108,5 +110,54 @@ func TestBudget(t *testing.T) {
 	b.acquire(64 << 20) // more than all of it: takes all of it
 	if b.left != 0 {
 		t.Fatalf("left %d after taking everything", b.left)
+	}
+}
+
+// TestWindowFetchedBeforeWriteLands: a readahead window the kernel's
+// readahead had fetched while bytes written behind were on their way
+// holds the old bytes; once they land the window is stale, and the next
+// read gets the new bytes. (The kernel sends such a read concurrently
+// with the writer's next write; this replays that order in one
+// goroutine, with no mount.)
+func TestWindowFetchedBeforeWriteLands(t *testing.T) {
+	ctx := context.Background()
+	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), Targets: 3, ChunkSize: 64 << 10})
+	must(t, err)
+	defer c.Close()
+	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token})
+	must(t, err)
+	defer cl.Close()
+	old := fabrictest.RandBytes(34, 256<<10)
+	must(t, cl.WriteFile(ctx, "/f", old))
+	in, err := cl.Stat(ctx, "/f")
+	must(t, err)
+
+	fs := NewFS(cl, Config{WriteBehind: 8 << 20})
+	_, of, err := fs.acquire(ctx, in.Ino(), true)
+	must(t, err)
+	defer fs.drop(of)
+	p := make([]byte, 4<<10)
+	for off := int64(0); off < 4*4<<10; off += 4 << 10 { // sequential: windows from now on
+		_, err := of.read(ctx, p, off)
+		must(t, err)
+	}
+	fresh := bytes.Repeat([]byte{0xab}, 4<<10)
+	_, err = of.write(fresh, 200<<10) // taken, not yet sent
+	must(t, err)
+	// The kernel's reads that settled before the write come on to the
+	// readahead now (sequential again after the write's reset) and fetch
+	// the window, without the bytes still in the mount.
+	for off := int64(4 * 4 << 10); off < 8*4<<10; off += 4 << 10 {
+		_, err := of.ra.read(ctx, p, off)
+		must(t, err)
+	}
+	if fs.stats.Windows.Load() == 0 {
+		t.Fatal("no window fetched: the test missed what it replays")
+	}
+	got := make([]byte, 4<<10)
+	_, err = of.read(ctx, got, 200<<10)
+	must(t, err)
+	if !bytes.Equal(got, fresh) {
+		t.Fatalf("read after the write: the window's old bytes (first %#x), want %#x", got[0], fresh[0])
 	}
 }
