@@ -87,3 +87,60 @@ func gf2Square(square, mat *[32]uint32) {
 		square[n] = gf2Times(mat, mat[n])
 	}
 }
+
+// castagnoli is the reflected Castagnoli polynomial. In this (reflected)
+// representation bit 31 of a CRC register is the coefficient of x^0.
+const castagnoli = 0x82f63b78
+
+// timesX is the register after one more zero bit: r·x mod P.
+func timesX(r uint32) uint32 { return r>>1 ^ -(r&1)&castagnoli }
+
+// overX undoes timesX: r·x⁻¹ mod P. The low bit that timesX shifted out
+// shows in bit 31, which only the polynomial sets (x⁻¹ exists mod P
+// because P's constant term is 1).
+func overX(r uint32) uint32 {
+	if r&(1<<31) != 0 {
+		return (r^castagnoli)<<1 | 1
+	}
+	return r << 1
+}
+
+// gfMul is a·b mod P, both in the reflected representation.
+func gfMul(a, b uint32) uint32 {
+	var p uint32
+	for bit := uint32(1) << 31; a != 0; bit >>= 1 {
+		if a&bit != 0 {
+			p ^= b
+			a &^= bit
+		}
+		b = timesX(b)
+	}
+	return p
+}
+
+// bytePowers[n] is x^(8n) mod P and byteInverses[n] x^(-8n) mod P, for
+// n up to a block: multiplying a CRC by them appends or takes off n zero
+// bytes, which is what shifting one CRC past another's bytes is.
+var bytePowers, byteInverses = func() (pow, inv [blockSize + 1]uint32) {
+	pow[0], inv[0] = 1<<31, 1<<31 // x^0
+	for n := 1; n <= blockSize; n++ {
+		p, q := pow[n-1], inv[n-1]
+		for range 8 {
+			p, q = timesX(p), overX(q)
+		}
+		pow[n], inv[n] = p, q
+	}
+	return pow, inv
+}()
+
+// shiftCRC is crcCombine(crc, 0, n) for n up to a block: the CRC of a||b
+// is shiftCRC(CRC(a), len(b)) ^ CRC(b).
+func shiftCRC(crc uint32, n uint32) uint32 {
+	if n == blockSize {
+		return blockShift.apply(crc)
+	}
+	return gfMul(bytePowers[n], crc)
+}
+
+// unshiftCRC inverts shiftCRC: given CRC(a||b) ^ CRC(b), the CRC of a.
+func unshiftCRC(crc uint32, n uint32) uint32 { return gfMul(byteInverses[n], crc) }

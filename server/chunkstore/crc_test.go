@@ -1,6 +1,7 @@
 package chunkstore
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/sluicefs/sluice/chunkio"
@@ -28,6 +29,78 @@ func TestRangeCRC(t *testing.T) {
 		got := RangeCRC(v, uint32(r[0]), data[r[0]:r[0]+r[1]])
 		if want := chunkio.CRC(data[r[0] : r[0]+r[1]]); got != want {
 			t.Fatalf("range [%d:+%d]: %#x, want %#x", r[0], r[1], got, want)
+		}
+	}
+}
+
+func TestShiftCRC(t *testing.T) {
+	for _, n := range []uint32{0, 1, 7, 100, blockSize - 1, blockSize} {
+		for _, crc := range []uint32{0, 1, 0x80000000, 0xdeadbeef, 0xffffffff} {
+			shifted := shiftCRC(crc, n)
+			if want := crcCombineSlow(crc, 0, int(n)); shifted != want {
+				t.Fatalf("shift %#x by %d: %#x, want %#x", crc, n, shifted, want)
+			}
+			if back := unshiftCRC(shifted, n); back != crc {
+				t.Fatalf("unshift of %#x shifted by %d: %#x", crc, n, back)
+			}
+		}
+	}
+}
+
+// spanRanges are ranges of a version of length size: aligned and not,
+// within one block, across several, ending the chunk, empty.
+func spanRanges(size int) [][2]int {
+	var out [][2]int
+	points := []int{0, 1, 100, blockSize - 1, blockSize, blockSize + 1, 2*blockSize - 5, 3 * blockSize, 5*blockSize + 17, size - blockSize - 1, size - 123, size - 1, size}
+	for _, a := range points {
+		for _, b := range points {
+			if a <= b {
+				out = append(out, [2]int{a, b})
+			}
+		}
+	}
+	return out
+}
+
+func TestSpanCRC(t *testing.T) {
+	data := fabrictest.RandBytes(5, 10*blockSize+123)
+	v := newVersion(1, data)
+	for _, r := range spanRanges(len(data)) {
+		got, err := spanCRC(v, data, uint32(r[0]), uint32(r[1]))
+		if err != nil {
+			t.Fatalf("[%d, %d): %v", r[0], r[1], err)
+		}
+		if want := chunkio.CRC(data[r[0]:r[1]]); got != want {
+			t.Fatalf("[%d, %d): %#x, want %#x", r[0], r[1], got, want)
+		}
+	}
+	if _, err := spanCRC(v, data, 0, uint32(len(data))+1); !errors.Is(err, chunkio.ErrChecksum) {
+		t.Fatalf("a range past the version's end: %v, want ErrChecksum", err)
+	}
+}
+
+// TestSpanCRCCatchesDamage: a reader checking the bytes it received
+// against spanCRC notices a damaged byte anywhere in a block its range
+// touches (inside the range, or in the block's bytes outside it, which the
+// derivation read), and only there.
+func TestSpanCRCCatchesDamage(t *testing.T) {
+	data := fabrictest.RandBytes(6, 10*blockSize+123)
+	v := newVersion(1, data)
+	for _, at := range []int{0, blockSize - 1, blockSize + 10, 5*blockSize + 16, len(data) - 1} {
+		damaged := append([]byte(nil), data...)
+		damaged[at] ^= 0x5a
+		for _, r := range spanRanges(len(data)) {
+			if r[0] == r[1] {
+				continue
+			}
+			crc, err := spanCRC(v, damaged, uint32(r[0]), uint32(r[1]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			touched := at/blockSize >= r[0]/blockSize && at/blockSize <= (r[1]-1)/blockSize
+			if caught := crc != chunkio.CRC(damaged[r[0]:r[1]]); caught != touched {
+				t.Fatalf("byte %d damaged, range [%d, %d): caught %v, want %v", at, r[0], r[1], caught, touched)
+			}
 		}
 	}
 }

@@ -68,15 +68,16 @@
 //
 // A node serves reads from views of the chunk files (Engine.View: the files
 // mapped, read in place in the page cache) and pushes the bytes from there,
-// with no copy on the node. A range of whole blocks is pushed unchecked: the
-// CRC the reader gets with it (RangeCRC) is combined from the record's block
-// checksums, not computed from the bytes, so the reader's check of what
-// landed in its memory is the blocks' check, end to end, and a damaged block
-// still surfaces as ErrChecksum, at the reader. Other ranges are checked on
-// the node. Views hold no lock while the bytes are sent: a writer never waits
-// for a slow reader, and a read whose file was written over meanwhile (two
-// commits of the chunk during one send) is answered ErrNotCommitted, to be
-// retried.
+// with no copy on the node and without checking them: the CRC the reader
+// gets with them is derived from the record's block checksums (whole blocks
+// combined; for a range's first and last blocks, from the bytes of the
+// block outside the range, the only bytes of a view the node reads), so the
+// reader's check of what landed in its memory is the check of every block
+// the range touches, end to end, and a damaged block surfaces as
+// ErrChecksum at the reader. Views hold no lock while the bytes are sent: a
+// writer never waits for a slow reader, and a read whose file was written
+// over meanwhile (two commits of the chunk during one send) is answered
+// ErrNotCommitted, to be retried.
 //
 // Chunks can be stored s2-compressed (EngineConfig.Compress), only when that
 // saves at least an eighth: incompressible data costs one failed encode,

@@ -151,6 +151,24 @@ func TestEngineDetectsCorruption(t *testing.T) {
 	if n, _, err := e.Read(id, 0, make([]byte, 65536)); err != nil || n != 65536 {
 		t.Fatalf("read of an intact block: %d %v", n, err)
 	}
+	// Views are not checked on the node: the CRC that comes with them is
+	// the blocks', so the reader's check of what it got fails when a block
+	// the range touches is damaged, inside the range or not.
+	for _, r := range []struct {
+		off, n int
+		damaged bool
+	}{{70000 - 5, 10, true}, {69632 - 100, 200, true}, {70000 + 7, 3000, true}, {0, 65536, false}, {100, 4000, false}, {73728, 4096, false}} {
+		view, _, crc, done, ok, err := e.View(id, 0, uint32(r.off), r.n)
+		if !ok || err != nil {
+			t.Fatalf("view of [%d, +%d): ok %v, %v", r.off, r.n, ok, err)
+		}
+		if caught := chunkio.CRC(view) != crc; caught != r.damaged {
+			t.Fatalf("view of [%d, +%d): damage caught %v, want %v", r.off, r.n, caught, r.damaged)
+		}
+		if !done() {
+			t.Fatal("view not intact")
+		}
+	}
 }
 
 func TestEngineLostWrite(t *testing.T) {

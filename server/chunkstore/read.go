@@ -46,12 +46,12 @@ func (e *Engine) ReadVersion(id chunkio.ID, ver uint64, off uint32, dst []byte) 
 
 // View is ReadVersion without the copy: it returns up to n bytes of version
 // ver at off (fewer at the chunk's end) as a read-only view of the chunk's
-// file in the page cache. A range of whole blocks is not checked here: its
-// CRC (RangeCRC) comes from the record's block checksums, so the reader's
-// check of the bytes it received checks the blocks, end to end. Any other
-// range has every block it touches checked, as ReadVersion does. ok is false, and
-// nothing returned, when the version cannot be viewed (it is compressed, or
-// the FS maps no files): use ReadVersion then.
+// file in the page cache, and their CRC32C. The bytes are not checked here:
+// their CRC is derived from the record's block checksums (spanCRC), so the
+// reader's check of the bytes it received checks every block the range
+// touches, end to end, and a damaged block surfaces as ErrChecksum at the
+// reader. ok is false, and nothing returned, when the version cannot be
+// viewed (it is compressed, or the FS maps no files): use ReadVersion then.
 //
 // The view holds no lock, so writers never wait for a reader (whose next
 // step may be a network send to a slow peer). Instead the caller must call
@@ -63,20 +63,21 @@ func (e *Engine) ReadVersion(id chunkio.ID, ver uint64, off uint32, dst []byte) 
 // not hold the committed version.
 //
 // Serving reads from views is what takes a copy of every byte off a
-// storage node's read path: the node checks the blocks in place and pushes
-// straight from the page cache to the socket (or, on RDMA, the NIC).
-func (e *Engine) View(id chunkio.ID, ver uint64, off uint32, n int) (view []byte, v *storagepb.Version, done func() (intact bool), ok bool, err error) {
+// storage node's read path: the node pushes straight from the page cache
+// to the socket (or, on RDMA, the NIC), and of a range's bytes it reads
+// only those of its first and last blocks that lie outside it.
+func (e *Engine) View(id chunkio.ID, ver uint64, off uint32, n int) (view []byte, v *storagepb.Version, crc uint32, done func() (intact bool), ok bool, err error) {
 	v, err = e.withVersion(id, ver, func(v *storagepb.Version) (err error) {
-		view, done, err = e.viewVersion(id, v, off, n)
+		view, crc, done, err = e.viewVersion(id, v, off, n)
 		return err
 	})
 	if errors.Is(err, errNoView) {
-		return nil, nil, nil, false, nil
+		return nil, nil, 0, nil, false, nil
 	}
 	if err != nil {
-		return nil, v, nil, true, err
+		return nil, v, 0, nil, true, err
 	}
-	return view, v, done, true, nil
+	return view, v, crc, done, true, nil
 }
 
 // withVersion runs fn on version ver of the chunk (0: the committed one),
@@ -134,19 +135,19 @@ func (e *Engine) openVersion(id chunkio.ID, v *storagepb.Version) (cf *cachedFil
 var errNoView = errors.New("chunk version cannot be viewed")
 
 // viewVersion is View of version v.
-func (e *Engine) viewVersion(id chunkio.ID, v *storagepb.Version, off uint32, n int) ([]byte, func() bool, error) {
+func (e *Engine) viewVersion(id chunkio.ID, v *storagepb.Version, off uint32, n int) ([]byte, uint32, func() bool, error) {
 	if v.Compressed {
-		return nil, nil, errNoView
+		return nil, 0, nil, errNoView
 	}
 	if off >= v.Length {
-		return nil, func() bool { return true }, nil
+		return nil, 0, func() bool { return true }, nil
 	}
 	n = min(n, int(v.Length-off))
 	cf, done, err := e.openVersion(id, v)
 	if err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
-	// Read under the slot's lock: the generation, then the blocks' check.
+	// Read under the slot's lock: the generation, then the CRC.
 	gen := &e.slotGens[slotIndex(id, v.Slot)]
 	before := gen.Load()
 	view, err := cf.view(e.cfg.MaxChunkSize)
@@ -161,19 +162,13 @@ func (e *Engine) viewVersion(id chunkio.ID, v *storagepb.Version, off uint32, n 
 			err = fmt.Errorf("chunk %v version %d: %w: file shorter than recorded", id, v.Ver, chunkio.ErrChecksum)
 		}
 	}
-	if err == nil && !blockAligned(v, off, uint32(n)) {
-		// Whole blocks need no check here: their CRC for the reader comes
-		// from the record, not from these bytes, so the reader's check of
-		// what it received is the blocks' check, end to end (see the
-		// package doc). That saves a pass over every byte from memory,
-		// which cost as much as the page-cache copy it replaced.
-		first := off / blockSize * blockSize
-		last := min(v.Length, (off+uint32(n)+blockSize-1)/blockSize*blockSize)
-		err = checkMapped(id, v, view[first:last], first, last)
+	var crc uint32
+	if err == nil {
+		crc, err = mappedSpanCRC(id, v, view, off, off+uint32(n))
 	}
 	if err != nil {
 		done()
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
 	// Keep the file (and its mapping) open until the caller is done, but
 	// let writers in: the generation tells whether one came.
@@ -183,14 +178,12 @@ func (e *Engine) viewVersion(id chunkio.ID, v *storagepb.Version, off uint32, n 
 		e.files.put(cf)
 		return ok
 	}
-	return view[off : off+uint32(n) : off+uint32(n)], intact, nil
+	return view[off : off+uint32(n) : off+uint32(n)], crc, intact, nil
 }
 
-// checkMapped is checkBlocks over mapped file bytes, where a file cut
-// short under us (by something other than the engine, which holds the
-// slot) raises a fault instead of a short read: that is reported as
-// ErrChecksum rather than crashing the node.
-func checkMapped(id chunkio.ID, v *storagepb.Version, buf []byte, from, to uint32) (err error) {
+// mappedSpanCRC is spanCRC over a file's mapping, where a page the file
+// no longer backs faults: that is reported as ErrChecksum, not a crash.
+func mappedSpanCRC(id chunkio.ID, v *storagepb.Version, view []byte, off, end uint32) (crc uint32, err error) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
@@ -202,7 +195,45 @@ func checkMapped(id chunkio.ID, v *storagepb.Version, buf []byte, from, to uint3
 			err = fmt.Errorf("chunk %v version %d: %w: %v", id, v.Ver, chunkio.ErrChecksum, re)
 		}
 	}()
-	return checkBlocks(id, v, buf, from, to)
+	crc, err = spanCRC(v, view, off, end)
+	if err != nil {
+		err = fmt.Errorf("chunk %v: %w", id, err)
+	}
+	return crc, err
+}
+
+// spanCRC is the CRC32C of content[off:end], a range of version v, derived
+// from the record's block checksums. Of the range's own bytes it reads
+// none, only those of its first and last blocks that lie outside it. A
+// reader that checks the bytes it received against it has therefore
+// checked every block the range touches, end to end: damage inside the
+// range fails that check, and so does damage in the rest of those two
+// blocks (the derived CRC is then wrong), as a check of the whole blocks
+// here would. content holds the version's bytes from offset 0, through the
+// range's last block; nil will do for a range of whole blocks.
+func spanCRC(v *storagepb.Version, content []byte, off, end uint32) (uint32, error) {
+	if off >= end {
+		return 0, nil
+	}
+	if last := (end - 1) / blockSize; int(last) >= len(v.BlockCrcs) || end > v.Length {
+		return 0, fmt.Errorf("version %d: %d block checksums for %d bytes, read to %d: %w", v.Ver, len(v.BlockCrcs), v.Length, end, chunkio.ErrChecksum)
+	}
+	crc := uint32(0)
+	for from := off / blockSize * blockSize; from < end; from += blockSize {
+		to := min(from+blockSize, v.Length) // the block, whose CRC the record has
+		lo, hi := max(from, off), min(to, end)
+		part := v.BlockCrcs[from/blockSize] // becomes the CRC of [lo, hi)
+		if hi < to {
+			// block = head || tail: CRC(block) = shift(CRC(head), |tail|) ^ CRC(tail)
+			part = unshiftCRC(part^chunkio.CRC(content[hi:to]), to-hi)
+		}
+		if lo > from {
+			// head = before || part: CRC(head) = shift(CRC(before), |part|) ^ CRC(part)
+			part ^= shiftCRC(chunkio.CRC(content[from:lo]), hi-lo)
+		}
+		crc = shiftCRC(crc, hi-lo) ^ part
+	}
+	return crc, nil
 }
 
 // readVersion reads version v's bytes at off into dst, checking every block
@@ -269,27 +300,23 @@ func readError(id chunkio.ID, v *storagepb.Version, err error) error {
 }
 
 // RangeCRC is the CRC32C of data, the n bytes of version v at off that a
-// read returned. For block-aligned ranges (and ranges that end the chunk)
-// it is combined from the blocks' checksums without touching the bytes, so
-// a server can hand the client an end-to-end checksum for free.
+// read copied out (and checked, block by block). For block-aligned ranges
+// (and ranges that end the chunk) it is combined from the blocks' checksums
+// without touching the bytes.
 func RangeCRC(v *storagepb.Version, off uint32, data []byte) uint32 {
-	end := off + uint32(len(data))
-	if !blockAligned(v, off, uint32(len(data))) {
-		return chunkio.CRC(data)
+	if blockAligned(v, off, uint32(len(data))) {
+		if crc, err := spanCRC(v, nil, off, off+uint32(len(data))); err == nil {
+			return crc
+		}
 	}
-	crc := uint32(0)
-	for b := off; b < end; b += blockSize {
-		crc = crcCombine(crc, v.BlockCrcs[b/blockSize], int(min(blockSize, end-b)))
-	}
-	return crc
+	return chunkio.CRC(data)
 }
 
 // blockAligned reports whether n bytes of v at off are whole blocks (the
-// last may end the chunk), so that RangeCRC derives their CRC from the
-// record's block checksums, not from the bytes.
+// last may end the chunk).
 func blockAligned(v *storagepb.Version, off, n uint32) bool {
 	end := off + n
-	return off%blockSize == 0 && (end%blockSize == 0 || end == v.Length) && int(end/blockSize) <= len(v.BlockCrcs)+1
+	return off%blockSize == 0 && (end%blockSize == 0 || end == v.Length)
 }
 
 // checkBlocks verifies the blocks of v held in buf, which covers [from, to).

@@ -45,11 +45,11 @@
 // NodeConfig.DropLeft).
 //
 // A node serves reads from views of the chunk files (chunkstore's
-// Engine.View) and pushes the bytes from there, with no copy on the node; a
-// range of whole blocks goes with the CRC chunkstore.RangeCRC combines from
-// the record's block checksums, so the reader's check is the blocks' check,
-// end to end, and a read whose file was written over while it was sent is
-// answered ErrNotCommitted, to be retried (see the chunkstore package doc).
+// Engine.View) and pushes the bytes from there, with no copy on the node;
+// they go with the CRC chunkstore derives from the record's block
+// checksums, so the reader's check is the blocks' check, end to end, and a
+// read whose file was written over while it was sent is answered
+// ErrNotCommitted, to be retried (see the chunkstore package doc).
 //
 // Chunk data is checked end to end, which is why fabric need not checksum
 // payloads (tcp.Config.DataChecksum is off by default): an update carries the

@@ -152,12 +152,15 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 			}
 		}
 	}
-	data, v, done, viewed, err := eng.View(id, ver, e.Offset, int(e.Length))
+	data, v, crc, done, viewed, err := eng.View(id, ver, e.Offset, int(e.Length))
 	if !viewed {
 		data = copyBuf(e.Length)
 		var got int
 		got, v, err = eng.ReadVersion(id, ver, e.Offset, data)
 		data = data[:got]
+		if err == nil {
+			crc = chunkstore.RangeCRC(v, e.Offset, data)
+		}
 	}
 	if errors.Is(err, chunkio.ErrNotFound) {
 		return nil, nil, 0, 0, nil // never written: a hole (the CRC of nothing is 0)
@@ -169,5 +172,5 @@ func (n *Node) readEntry(ctx context.Context, e *storagepb.ReadEntry, failIfDirt
 	if err != nil {
 		return nil, nil, 0, 0, err
 	}
-	return data, done, v.Ver, chunkstore.RangeCRC(v, e.Offset, data), nil
+	return data, done, v.Ver, crc, nil
 }
