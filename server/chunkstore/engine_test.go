@@ -155,7 +155,7 @@ func TestEngineDetectsCorruption(t *testing.T) {
 	// the blocks', so the reader's check of what it got fails when a block
 	// the range touches is damaged, inside the range or not.
 	for _, r := range []struct {
-		off, n int
+		off, n  int
 		damaged bool
 	}{{70000 - 5, 10, true}, {69632 - 100, 200, true}, {70000 + 7, 3000, true}, {0, 65536, false}, {100, 4000, false}, {73728, 4096, false}} {
 		view, _, crc, done, ok, err := e.View(id, 0, uint32(r.off), r.n)
