@@ -293,7 +293,11 @@ class Loader(_Handle):
 
     def state_dict(self):
         """The state after the last batch delivered: a small dict of integers."""
-        return _lib.json_out("sluice_loader_state", ctypes.c_uint64(self.handle()))
+        return json.loads(self._state_json())
+
+    def _state_json(self):
+        """state_dict as JSON text, for a process that passes it on."""
+        return _lib.text_out("sluice_loader_state", ctypes.c_uint64(self.handle()))
 
     def load_state_dict(self, state):
         _lib.call("sluice_loader_resume", ctypes.c_uint64(self.handle()), json.dumps(state).encode())
