@@ -27,6 +27,10 @@ of a batch (what to_tensors gives, and what a transform passes through)
 reach the training process with no copy, and the worker reuses their
 memory once the last of them is freed there; tensors a transform makes
 travel torch's usual way (``zero_copy=False`` sends everything that way).
+A worker runs ahead two batches, or, when batches are small against its
+budget, up to a quarter of it (16 batches at most). Workers ignore Ctrl-C:
+the training process takes it, and its workers survive for the next
+iteration.
 
 ``rank`` and ``world_size`` default to torch.distributed's when it is
 initialised (when the dataset is made, or at the latest when iteration
