@@ -29,6 +29,12 @@ func TestMain(m *testing.M) {
 			return fmt.Errorf("child spec: %w", err)
 		}
 		return runAgentClient(s)
+	}, "writer": func(spec string) error {
+		var s writerSpec
+		if err := json.Unmarshal([]byte(spec), &s); err != nil {
+			return fmt.Errorf("child spec: %w", err)
+		}
+		return runWriter(s)
 	}})
 }
 

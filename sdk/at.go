@@ -215,6 +215,8 @@ func (c *Client) open(ctx context.Context, op string, req *metapb.OpenRequest) (
 	}
 	if !write {
 		c.leases.hold(r.Inode.Ino) // the open took the first lease
+	} else if r.Session != 0 {
+		c.writing.Add(1)
 	}
 	return &File{c: c, name: name, in: r.Inode, chains: r.Chains, session: r.Session, size: r.Inode.Size}, nil
 }

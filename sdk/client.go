@@ -74,6 +74,7 @@ type Client struct {
 	metrics *Metrics
 	leases  readLeases
 	locks   heldLocks      // file locks held (locks.go), renewed with the leases
+	writing atomic.Int64   // files open for writing: while any is, the client renews (leases.go)
 	wg      sync.WaitGroup // renewLeases
 
 	// closing ends when Close begins. It is a signal, not a parent: a call

@@ -2,7 +2,9 @@ package sdk
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/fsmeta"
+	"github.com/sluicefs/sluice/internal/testproc"
 	"github.com/sluicefs/sluice/server/cluster"
 )
 
@@ -127,4 +130,78 @@ func TestCollectorAfterLargestFile(t *testing.T) {
 		t.Fatalf("idle collector worked: attempts %v -> %v, chunks %v -> %v, errors %v, pending %v",
 			before[1], after[1], before[2], after[2], after[3], after[4])
 	}
+}
+
+// TestDeadWriterEnded: a writer process holds a file open for writing,
+// which another client unlinks; while the writer lives it renews, and the
+// file keeps its chunks past the lease; once it is SIGKILLed it stops
+// renewing, the leader ends its session after a lease, and the file's
+// chunks (up to what it synced) leave storage.
+func TestDeadWriterEnded(t *testing.T) {
+	const lease, delay = time.Second, time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	c := startClusterWith(t, cluster.Config{Targets: 3, ChunkSize: 1 << 20, CollectDelay: delay,
+		CollectInterval: 50 * time.Millisecond, ElectionWait: -1, ClientLease: lease})
+	defer c.Close()
+	g := c.Metrics()
+	cl := connect(t, c)
+	defer cl.Close()
+
+	b, _ := json.Marshal(writerSpec{Cluster: c.Addr, Token: c.Token, Path: "/held", Bytes: 3 << 20, Renew: lease / 5})
+	p := testproc.Start(t, testproc.Command("writer", string(b)))
+	p.Expect(t, "written", 30*time.Second)
+	if err := cl.Remove(ctx, "/held"); err != nil {
+		t.Fatal(err)
+	}
+	const chunks = 3 * 3        // 3 MiB on chains of 3
+	time.Sleep(2*lease + delay) // the writer lives: its unlinked file stays
+	if n := metricSum(t, g, "sluice_storage_chunks"); n != chunks {
+		t.Fatalf("%v chunks on storage while the writer holds its unlinked file, want %d", n, chunks)
+	}
+	if err := p.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	for metricSum(t, g, "sluice_storage_chunks") != 0 {
+		if time.Since(killed) > lease+delay+10*time.Second {
+			t.Fatalf("%v chunks on storage %v after the writer was killed (lease %v, delay %v)",
+				metricSum(t, g, "sluice_storage_chunks"), time.Since(killed), lease, delay)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("the killed writer's file left storage %v after the kill", time.Since(killed).Round(time.Millisecond))
+	if n := metricSum(t, g, "sluice_meta_collector_dead_writers_total"); n != 1 {
+		t.Fatalf("dead_writers_total %v, want 1", n)
+	}
+}
+
+// writerSpec is the "writer" child: it creates Path, writes Bytes and
+// syncs them, says "written", and holds the file open (renewing every
+// Renew) until it is killed.
+type writerSpec struct {
+	Cluster, Token, Path string
+	Bytes                int
+	Renew                time.Duration
+}
+
+func runWriter(s writerSpec) error {
+	leaseRenewal = s.Renew
+	ctx := context.Background()
+	cl, err := Connect(ctx, Config{Cluster: s.Cluster, Token: s.Token})
+	if err != nil {
+		return err
+	}
+	f, err := cl.Create(ctx, s.Path)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(fabrictest.RandBytes(1, s.Bytes), 0); err != nil {
+		return err
+	}
+	if err := f.Sync(ctx); err != nil {
+		return err
+	}
+	fmt.Println("written")
+	select {}
 }

@@ -232,5 +232,8 @@ func (f *File) Close() error {
 		f.c.leases.release(f.in.Ino)
 		return nil
 	}
+	// Renewals stop with the last file open for writing, even if this
+	// close fails: the leader then ends the session after a lease.
+	defer f.c.writing.Add(-1)
 	return f.c.closeSession(context.Background(), f, false)
 }

@@ -46,11 +46,13 @@ func (l *readLeases) inodes() []uint64 {
 }
 
 // renewLeases renews the client's read leases, and the file locks it
-// holds, every period until ctx ends.
+// holds, every period until ctx ends; while it has files open for writing
+// it renews even with neither, for the leader ends the write sessions of a
+// client it has not heard from for a lease (meta's Collector.EndDeadWriters).
 func (c *Client) renewLeases(ctx context.Context, every time.Duration) {
 	tick.Every(ctx, every, func() {
 		inodes, locks := c.leases.inodes(), c.locks.list()
-		for len(inodes) > 0 || len(locks) > 0 {
+		for alive := c.writing.Load() > 0; len(inodes) > 0 || len(locks) > 0 || alive; alive = false {
 			n := min(len(inodes), fsmeta.MaxKeepOpen)
 			rctx, cancel := context.WithTimeout(ctx, every)
 			_, err := c.meta.KeepOpen(rctx, &metapb.KeepOpenRequest{Client: c.id, Inodes: inodes[:n], Locks: locks})
@@ -65,5 +67,6 @@ func (c *Client) renewLeases(ctx context.Context, every time.Duration) {
 	})
 }
 
-// leaseRenewal is how often open files' read leases are renewed.
-const leaseRenewal = fsmeta.ReadLease / 3
+// leaseRenewal is how often open files' read leases are renewed (and a
+// writing client's word that it lives). A variable for tests only.
+var leaseRenewal = fsmeta.ReadLease / 3

@@ -88,6 +88,10 @@ type ControlConfig struct {
 	// (default fsmeta.ReadLease; negative: none, for a test whose clients
 	// all start with the cluster).
 	ElectionWait time.Duration
+	// ClientLease is how long a client may go without renewing before the
+	// collector ends its write sessions (meta.CollectorConfig; default
+	// fsmeta.ReadLease). Shorter only for tests whose clients renew faster.
+	ClientLease time.Duration
 	// Moves throttles replica moves (drain, rebalance); its Logger is
 	// Logger.
 	Moves  mgmtd.PlannerConfig
@@ -238,7 +242,7 @@ func (c *Control) collect(ctx context.Context, tr fabric.Transport, cfg ControlC
 	defer ep.Close()
 	col := meta.NewCollector(c.replica, meta.StorageRemover{Client: chunkio.NewClient(ep, rt), Map: c.replica.ClusterMap},
 		meta.CollectorConfig{Delay: cfg.CollectDelay, Workers: cfg.CollectWorkers, ElectionWait: cfg.ElectionWait,
-			Metrics: c.metrics.Collector(), Logger: cfg.Logger})
+			ClientLease: cfg.ClientLease, Metrics: c.metrics.Collector(), Logger: cfg.Logger})
 	c.collector.Store(col)
 	col.Run(ctx, cfg.CollectInterval)
 }
@@ -549,6 +553,7 @@ type Config struct {
 	CollectDelay    time.Duration
 	CollectInterval time.Duration
 	ElectionWait    time.Duration
+	ClientLease     time.Duration
 	Logger          *slog.Logger
 }
 
@@ -584,7 +589,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c := &Cluster{Token: token, local: local.NewNetwork()}
 	c.control, err = StartControl(ctx, ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), Listen: cfg.Listen, Token: token,
 		ChunkSize: cfg.ChunkSize, Stripe: cfg.Targets, ExpectTargets: cfg.Targets, Replicas: cfg.Replicas, Local: c.local,
-		CollectDelay: cfg.CollectDelay, CollectInterval: cfg.CollectInterval, ElectionWait: cfg.ElectionWait, Logger: cfg.Logger})
+		CollectDelay: cfg.CollectDelay, CollectInterval: cfg.CollectInterval, ElectionWait: cfg.ElectionWait,
+		ClientLease: cfg.ClientLease, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

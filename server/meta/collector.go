@@ -57,6 +57,11 @@ type CollectorConfig struct {
 	// known to it yet. Negative: no wait, for a test cluster whose clients
 	// all started with it.
 	ElectionWait time.Duration
+	// ClientLease is how long a client with write sessions open may go
+	// without renewing (KeepOpen) before the collector takes it for dead and
+	// ends its sessions (default fsmeta.ReadLease; clients renew every third
+	// of that). Shorter only in tests.
+	ClientLease time.Duration
 	// Metrics counts the collector's work (NewMetrics makes them with the
 	// replica's); nil counts into metrics registered nowhere.
 	Metrics *CollectorMetrics
@@ -87,6 +92,7 @@ type Collector struct {
 	// leaderSince is when this replica last became leader (Run): for
 	// ElectionWait after that it collects nothing.
 	leaderSince time.Time
+	lastEnded   time.Time // when Run last looked for dead writers
 }
 
 // NewCollector makes a collector over r.
@@ -102,6 +108,9 @@ func NewCollector(r *Replica, remover ChunkRemover, cfg CollectorConfig) *Collec
 	}
 	if cfg.ElectionWait == 0 {
 		cfg.ElectionWait = fsmeta.ReadLease
+	}
+	if cfg.ClientLease <= 0 {
+		cfg.ClientLease = fsmeta.ReadLease
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -131,6 +140,13 @@ func (c *Collector) Run(ctx context.Context, interval time.Duration) {
 		if time.Since(c.leaderSince) < c.cfg.ElectionWait {
 			return
 		}
+		if now := time.Now(); now.Sub(c.lastEnded) >= c.cfg.ClientLease/10 {
+			c.lastEnded = now
+			if _, err := c.EndDeadWriters(ctx, now); err != nil {
+				c.m.errors.Inc()
+				c.log.Warn("chunk collector: cannot end the write sessions of dead clients", "err", err)
+			}
+		}
 		if _, err := c.dispatch(ctx, time.Now(), false); err != nil {
 			c.m.errors.Inc()
 			c.log.Warn("chunk collector: cannot read the queue", "err", err)
@@ -155,6 +171,44 @@ func (c *Collector) Collect(ctx context.Context, now time.Time) (int, error) {
 		done++
 	}
 	return done, err
+}
+
+// EndDeadWriters ends the write sessions of every client that has not
+// renewed with this leader for ClientLease and opened none of them within
+// it (PruneClient, through the log), and returns how many clients it
+// ended. A writer that crashed, or lost the cluster for longer than the
+// lease, would otherwise hold its files open for good: a file it held
+// and that was unlinked would never be collected. What such a writer wrote
+// past its last close or fsync is not in the file's written mark, so the
+// collector does not remove those chunks. Run calls it once the leader has
+// waited ElectionWait (every live client has renewed with it by then).
+func (c *Collector) EndDeadWriters(ctx context.Context, now time.Time) (int, error) {
+	clients, err := c.r.Namespace().SessionClients()
+	if err != nil {
+		return 0, fmt.Errorf("write sessions: %w", err)
+	}
+	ended := 0
+	for client, opened := range clients {
+		last := time.Unix(0, opened)
+		if heard := c.r.clients.lastHeard(client); heard.After(last) {
+			last = heard
+		}
+		if now.Sub(last) < c.cfg.ClientLease {
+			continue
+		}
+		res, err := c.r.Do(ctx, &metapb.Command{NowNs: now.UnixNano(), Op: &metapb.Command_PruneClient{PruneClient: client}})
+		if err == nil && res.Code != 0 {
+			err = errors.New(res.Error)
+		}
+		if err != nil {
+			return ended, fmt.Errorf("end the write sessions of client %d: %w", client, err)
+		}
+		ended++
+		c.m.deadWriters.Inc()
+		c.log.Info("chunk collector: ended the write sessions of a client not heard from for a lease",
+			"client", client, "last_heard", last, "lease", c.cfg.ClientLease)
+	}
+	return ended, nil
 }
 
 // attempt is one worker's go at one file.
@@ -281,8 +335,8 @@ func (c *Collector) collect(ctx context.Context, f *metapb.Inode) error {
 
 // CollectorMetrics count the collector's work: sluice_meta_collector_*.
 type CollectorMetrics struct {
-	rounds, attempts, files, chunks, errors prometheus.Counter
-	pending                                 prometheus.Gauge
+	rounds, attempts, files, chunks, errors, deadWriters prometheus.Counter
+	pending                                              prometheus.Gauge
 }
 
 // NewCollectorMetrics makes the collector's metrics (register them with
@@ -297,6 +351,8 @@ func NewCollectorMetrics() *CollectorMetrics {
 		files:    counter("files_total", "Files whose chunks the collector removed and that it forgot."),
 		chunks:   counter("chunks_removed_total", "Chunks the collector asked storage to remove."),
 		errors:   counter("errors_total", "Failed attempts at a file, and failed walks of the queue."),
+		deadWriters: counter("dead_writers_total",
+			"Clients whose write sessions the collector ended: not heard from for a lease (crashed or cut off)."),
 		pending: prometheus.NewGauge(prometheus.GaugeOpts{Name: "sluice_meta_collector_pending",
 			Help: "Unlinked files waiting for the collector at its last walk of the queue."}),
 	}
@@ -304,7 +360,7 @@ func NewCollectorMetrics() *CollectorMetrics {
 
 // Collectors are the metrics, to register.
 func (m *CollectorMetrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.rounds, m.attempts, m.files, m.chunks, m.errors, m.pending}
+	return []prometheus.Collector{m.rounds, m.attempts, m.files, m.chunks, m.errors, m.deadWriters, m.pending}
 }
 
 // StorageRemover removes a file's chunks from storage: chunk i lives on

@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -199,5 +200,56 @@ func TestCollectorCostAndStuckFile(t *testing.T) {
 	}
 	if n, err := c.Collect(ctx, time.Now().Add(time.Second)); n != 0 || err != nil || testutil.ToFloat64(m.pending) != 0 {
 		t.Fatalf("an empty queue: collected %d, %v, pending %v", n, err, testutil.ToFloat64(m.pending))
+	}
+}
+
+// TestDeadWritersEnded: the write sessions of a client the leader has not
+// heard from for a lease are ended, and a file it held that was unlinked
+// is then collected; a client that renewed, and one whose session is
+// newer than a lease, keep theirs.
+func TestDeadWritersEnded(t *testing.T) {
+	r := soloReplica(t)
+	rs := []*Replica{r}
+	const lease = time.Minute
+	t0 := time.Now()
+	files := map[uint64]*metapb.Inode{} // client -> its file
+	for client, opened := range map[uint64]time.Time{7: t0, 8: t0, 9: t0.Add(90 * time.Second)} {
+		f := do(t, rs, &metapb.Command{NowNs: t0.UnixNano(), Op: &metapb.Command_Create{Create: &metapb.CreateOp{Parent: RootIno, Name: fmt.Sprint(client)}}}).Inode
+		do(t, rs, &metapb.Command{NowNs: opened.UnixNano(), Op: &metapb.Command_OpenSession{OpenSession: &metapb.SessionOp{Ino: f.Ino, Session: 1, Client: client}}})
+		files[client] = f
+	}
+	m := NewCollectorMetrics()
+	rm := &removed{}
+	c := NewCollector(r, rm, CollectorConfig{Delay: time.Minute, ClientLease: lease, Metrics: m, Logger: quietSlog()})
+	ctx := context.Background()
+	if n, err := c.EndDeadWriters(ctx, t0.Add(lease/2)); err != nil || n != 0 {
+		t.Fatalf("within the lease: ended %d, %v", n, err)
+	}
+	now := t0.Add(100 * time.Second)
+	r.clients.heard(8, now.Add(-10*time.Second)) // 8 renews; 7 has not since t0; 9 opened at t0+90s
+	if n, err := c.EndDeadWriters(ctx, now); err != nil || n != 1 {
+		t.Fatalf("ended %d clients, %v; want client 7 only", n, err)
+	}
+	for client, want := range map[uint64]bool{7: false, 8: true, 9: true} {
+		if open, err := r.Namespace().HasSessions(files[client].Ino); err != nil || open != want {
+			t.Errorf("client %d's session open: %v (%v), want %v", client, open, err, want)
+		}
+	}
+	if got := testutil.ToFloat64(m.deadWriters); got != 1 {
+		t.Errorf("dead_writers_total %v, want 1", got)
+	}
+	// Client 7's file, unlinked, is collected now that nothing holds it.
+	do(t, rs, &metapb.Command{NowNs: now.UnixNano(), Op: &metapb.Command_Unlink{Unlink: &metapb.RemoveOp{Parent: RootIno, Name: "7"}}})
+	if n, err := c.Collect(ctx, now.Add(2*time.Minute)); err != nil || n != 1 {
+		t.Fatalf("collected %d after its writer was ended, %v", n, err)
+	}
+	// The renewals of a live client come through KeepOpen.
+	svc := NewService(r)
+	before := r.clients.lastHeard(9)
+	if _, err := svc.KeepOpen(ctx, &metapb.KeepOpenRequest{Client: 9}); err != nil {
+		t.Fatal(err)
+	}
+	if !r.clients.lastHeard(9).After(before) {
+		t.Fatal("KeepOpen did not count as hearing from the client")
 	}
 }

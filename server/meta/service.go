@@ -286,13 +286,15 @@ func (s *Service) Status(ctx context.Context, req *metapb.StatusRequest) (*metap
 	return reply, toStatus(err)
 }
 
-// KeepOpen renews the client's read leases (see ReadLease). Only the
-// leader collects, so only the leader takes them.
+// KeepOpen renews the client's read leases (see ReadLease), its locks,
+// and its word that it is alive, which keeps its write sessions open. Only
+// the leader collects, so only the leader takes them.
 func (s *Service) KeepOpen(ctx context.Context, req *metapb.KeepOpenRequest) (*metapb.Empty, error) {
 	if !s.r.IsLeader() {
 		return nil, toStatus(fsmeta.ErrNotLeader)
 	}
 	now := time.Now()
+	s.r.clients.heard(req.Client, now)
 	s.r.locks.renew(s.r.raft.CurrentTerm(), req.Client, req.Locks, s.lockWait, now)
 	return &metapb.Empty{}, toStatus(s.r.readers.renew(req.Inodes, now))
 }

@@ -132,3 +132,25 @@ func (ns *Namespace) HasSessions(ino uint64) (bool, error) {
 	defer it.Close()
 	return it.First(), it.Error()
 }
+
+// SessionClients returns, for each client with write sessions open, when
+// the newest of them was opened (the command's time, in ns).
+func (ns *Namespace) SessionClients() (map[uint64]int64, error) {
+	it, err := ns.db.NewIter(&pebble.IterOptions{LowerBound: []byte{'w'}, UpperBound: []byte{'x'}})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	out := map[uint64]int64{}
+	for it.First(); it.Valid(); it.Next() {
+		v := it.Value()
+		if len(v) != 16 {
+			continue
+		}
+		client, opened := binary.BigEndian.Uint64(v), int64(binary.BigEndian.Uint64(v[8:]))
+		if t, ok := out[client]; !ok || opened > t {
+			out[client] = opened
+		}
+	}
+	return out, it.Error()
+}
