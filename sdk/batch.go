@@ -71,8 +71,23 @@ func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
 	byChunk := map[chunkKey][]*chunkWrite{}
 	var order []chunkKey // first appearance, so the run is deterministic
 	fenced := map[*Buffer]bool{}
+	ends := map[*File]uint64{} // how far each file is written: reserved first (File.reserve)
 	for i, op := range ops {
-		if errs[i] = checkWrite(op); errs[i] != nil {
+		if errs[i] = checkWrite(op); errs[i] == nil {
+			ends[op.File] = max(ends[op.File], uint64(op.Off)+uint64(op.N))
+		}
+	}
+	for f, end := range ends {
+		if err := f.reserve(ctx, end); err != nil {
+			for i, op := range ops {
+				if op.File == f && errs[i] == nil {
+					errs[i] = err
+				}
+			}
+		}
+	}
+	for i, op := range ops {
+		if errs[i] != nil {
 			continue
 		}
 		if !fenced[op.Buf] {

@@ -310,10 +310,13 @@ type File struct {
 	chains  []uint32
 	session uint64
 
-	mu     sync.Mutex
-	size   uint64
-	wrote  uint64 // the end of what this handle wrote: the file's written mark at Close
-	closed bool
+	mu       sync.Mutex
+	size     uint64
+	wrote    uint64 // the end of what this handle wrote: the file's written mark at Close
+	reserved uint64 // the file's written mark as the cluster has it: what may be stored without reserving
+	closed   bool
+
+	reserving sync.Mutex // one reservation at a time (reserve)
 }
 
 var (

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -135,8 +136,9 @@ func TestCollectorAfterLargestFile(t *testing.T) {
 // TestDeadWriterEnded: a writer process holds a file open for writing,
 // which another client unlinks; while the writer lives it renews, and the
 // file keeps its chunks past the lease; once it is SIGKILLed it stops
-// renewing, the leader ends its session after a lease, and the file's
-// chunks (up to what it synced) leave storage.
+// renewing, the leader ends its session after a lease, and every chunk it
+// stored leaves storage, although it never closed or synced the file (its
+// writes reserved their room in the written mark first).
 func TestDeadWriterEnded(t *testing.T) {
 	const lease, delay = time.Second, time.Second
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -176,9 +178,9 @@ func TestDeadWriterEnded(t *testing.T) {
 	}
 }
 
-// writerSpec is the "writer" child: it creates Path, writes Bytes and
-// syncs them, says "written", and holds the file open (renewing every
-// Renew) until it is killed.
+// writerSpec is the "writer" child: it creates Path, writes Bytes (1 MiB
+// at a time, never synced), says "written", and holds the file open
+// (renewing every Renew) until it is killed.
 type writerSpec struct {
 	Cluster, Token, Path string
 	Bytes                int
@@ -196,12 +198,57 @@ func runWriter(s writerSpec) error {
 	if err != nil {
 		return err
 	}
-	if _, err := f.WriteAt(fabrictest.RandBytes(1, s.Bytes), 0); err != nil {
-		return err
-	}
-	if err := f.Sync(ctx); err != nil {
-		return err
+	// Never synced nor closed: what the collector may remove is bounded by
+	// the reservations the writes made (File.reserve).
+	for off := 0; off < s.Bytes; off += 1 << 20 {
+		if _, err := f.WriteAt(fabrictest.RandBytes(uint64(off), min(1<<20, s.Bytes-off)), int64(off)); err != nil {
+			return err
+		}
 	}
 	fmt.Println("written")
 	select {}
+}
+
+// TestWritesReserveTheirRoom: a file written from start to end raises its
+// written mark ahead of its writes, doubling: a handful of reservations
+// for 10 chunks, none within the first chunk, and a mark at least the
+// written end and at most twice it, in the cluster before any close.
+func TestWritesReserveTheirRoom(t *testing.T) {
+	cl := testClient(t)
+	ctx := context.Background()
+	f, err := cl.Create(ctx, "/reserved")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mark := func() uint64 {
+		fi, err := cl.Stat(ctx, "/reserved")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.written
+	}
+	cs := uint64(f.in.GetLayout().GetChunkSize())
+	var marks []uint64
+	for off := uint64(0); off < 10*cs; off += cs / 2 {
+		if _, err := f.WriteAt(fabrictest.RandBytes(off, int(cs/2)), int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		if m := mark(); len(marks) == 0 || m != marks[len(marks)-1] {
+			marks = append(marks, m)
+		}
+		if m := mark(); m < off+cs/2 && off+cs/2 > cs {
+			t.Fatalf("mark %d below the written end %d", m, off+cs/2)
+		}
+	}
+	// 0 (the first chunk needs none), then 2, 4, 8 and 16 chunks.
+	want := []uint64{0, 2 * cs, 4 * cs, 8 * cs, 16 * cs}
+	if !slices.Equal(marks, want) {
+		t.Fatalf("marks %v as the file grew, want %v", marks, want)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if m := mark(); m != 16*cs {
+		t.Fatalf("mark %d after close, want the reservation %d kept (never lowered)", m, 16*cs)
+	}
 }

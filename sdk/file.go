@@ -10,6 +10,7 @@ import (
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fsmeta"
+	"github.com/sluicefs/sluice/proto/metapb"
 	"github.com/sluicefs/sluice/routing"
 )
 
@@ -158,8 +159,52 @@ func (f *File) CheckWrite(off int64, n int) error {
 	return nil
 }
 
+// reserve raises the file's written mark to at least end before bytes up
+// to end are stored, so that the mark bounds what this handle stored even
+// if its process dies before it closes (the leader then ends its session,
+// and the collector removes the chunks below the mark once the file is
+// unlinked). Room grows geometrically, to twice what is reserved in whole
+// chunks: writing a file from start to end costs a logarithmic number of
+// reservations, one command of the metadata log each, and its mark stays
+// within twice its length. The first chunk needs none (see
+// meta.Namespace.PruneClient).
+func (f *File) reserve(ctx context.Context, end uint64) error {
+	f.mu.Lock()
+	have := f.reserved
+	f.mu.Unlock()
+	if end <= have {
+		return nil
+	}
+	f.reserving.Lock()
+	defer f.reserving.Unlock()
+	f.mu.Lock()
+	have = f.reserved
+	f.mu.Unlock()
+	if end <= have {
+		return nil // another write reserved it meanwhile
+	}
+	want := max(end, 2*have)
+	if cs := uint64(f.in.GetLayout().GetChunkSize()); cs > 0 {
+		want = (want + cs - 1) / cs * cs
+	}
+	want = max(end, min(want, uint64(f.maxSize())))
+	cctx, done := f.c.call(ctx)
+	defer done()
+	_, err := f.c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Written: &want, KeepOpen: true, Client: f.c.id, Seq: f.c.next()})
+	if err != nil {
+		return f.c.timedOut(cctx, fsErr("write", f.name, err))
+	}
+	f.mu.Lock()
+	f.reserved = max(f.reserved, want)
+	f.mu.Unlock()
+	return nil
+}
+
 // put stores p at off in the file's chunks (the length is the caller's).
 func (f *File) put(ctx context.Context, p []byte, off int64) (int, error) {
+	if err := f.reserve(ctx, uint64(off)+uint64(len(p))); err != nil {
+		return 0, err
+	}
 	ctx, done := f.c.call(ctx)
 	defer done()
 	n, err := f.eachPiece(p, off, fabric.AccessRemoteRead, func(mr fabric.MR, pc piece) error {

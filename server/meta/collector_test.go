@@ -73,11 +73,12 @@ func TestSessionsAndCollector(t *testing.T) {
 	if err != nil || n != 1 || len(rm.inos) != 1 || rm.inos[0] != g.Ino {
 		t.Fatalf("after the delay: collected %d (%v), %v; want only g, f's session is open", n, rm.inos, err)
 	}
-	// f's writer dies: its sessions are pruned, and f goes too. It never
-	// had a byte written, so storage is not asked to remove anything.
+	// f's writer dies: its sessions are pruned, and f goes too. Its mark
+	// covers the first chunk, which a writer stores without reserving it
+	// first, so storage is asked to remove that.
 	do(t, rs, &metapb.Command{NowNs: now, Op: &metapb.Command_PruneClient{PruneClient: 7}})
 	n, err = c.Collect(ctx, time.Now().Add(2*time.Minute))
-	if err != nil || n != 1 || len(rm.inos) != 1 {
+	if err != nil || n != 1 || len(rm.inos) != 2 || rm.inos[1] != f.Ino {
 		t.Fatalf("after pruning: collected %d (storage asked for %v), %v", n, rm.inos, err)
 	}
 	if left, _ := r.Namespace().Garbage(10); len(left) != 0 {
@@ -251,5 +252,44 @@ func TestDeadWritersEnded(t *testing.T) {
 	}
 	if !r.clients.lastHeard(9).After(before) {
 		t.Fatal("KeepOpen did not count as hearing from the client")
+	}
+}
+
+// TestWrittenMarkReserved: a writer's reservation (keep, a written mark and
+// no size) raises the mark and nothing else, on a file or on an unlinked
+// file's collector record; ending a dead client's sessions gives the files
+// it held a mark of at least their first chunk.
+func TestWrittenMarkReserved(t *testing.T) {
+	ns := newNS(t)
+	f := must(ns.Create(RootIno, "f", at))(t)
+	g := must(ns.Create(RootIno, "g", at))(t)
+	for _, in := range []*metapb.Inode{f, g} {
+		if err := ns.OpenSession(in.Ino, 5, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark := uint64(8 << 20)
+	if err := ns.CloseSession(f.Ino, 5, 1, nil, &mark, true, 9999); err != nil {
+		t.Fatal(err)
+	}
+	in := must(ns.Stat(f.Ino))(t)
+	if Written(in) != mark || in.Size != 0 || in.MtimeNs != f.MtimeNs {
+		t.Fatalf("after a reservation: mark %d size %d mtime %d, want %d, 0, %d", Written(in), in.Size, in.MtimeNs, mark, f.MtimeNs)
+	}
+	if open, _ := ns.HasSessions(f.Ino); !open {
+		t.Fatal("a reservation ended the session")
+	}
+	if err := ns.Unlink(RootIno, "g", 3000); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.PruneClient(5); err != nil {
+		t.Fatal(err)
+	}
+	if w := Written(must(ns.Stat(f.Ino))(t)); w != mark {
+		t.Fatalf("a pruned file's mark %d, want its reservation %d kept", w, mark)
+	}
+	q := must(ns.Garbage(10))(t)
+	if len(q) != 1 || q[0].Ino != g.Ino || ChunksOf(q[0]) != 1 {
+		t.Fatalf("collector queue %v, want g with its first chunk to remove", q)
 	}
 }

@@ -53,9 +53,11 @@ func putSession(b *pebble.Batch, ino uint64, w Writer, now int64) error {
 // length. A given size extends the file's length to it (never shrinks it:
 // another writer may have written further; shrinking is Setattr's), and
 // written (the end of what the session wrote; size when absent, as from
-// older clients) raises the file's written mark. If the file was unlinked
-// meanwhile, both go to its collector record, so all of its chunks get
-// collected.
+// older clients) raises the file's written mark. With keep, written and no
+// size, it only raises the mark: a writer reserving room before it writes
+// past the mark (sdk), so that the mark bounds its chunks even if it dies
+// before it closes. If the file was unlinked meanwhile, both go to its
+// collector record, so all of its chunks get collected.
 func (ns *Namespace) CloseSession(ino, client, session uint64, size, written *uint64, keep bool, now int64) error {
 	return ns.write(func(b *pebble.Batch) error {
 		if !keep {
@@ -63,42 +65,57 @@ func (ns *Namespace) CloseSession(ino, client, session uint64, size, written *ui
 				return err
 			}
 		}
-		if size == nil {
+		if size == nil && written == nil {
 			return nil
 		}
 		if written == nil {
 			written = size
 		}
-		in, err := loadInode(batchReader{b}, ino)
-		if err == nil {
-			in.Size, in.MtimeNs, in.CtimeNs = max(in.Size, *size), now, now
-			raiseWritten(in, *written)
-			if in.Nlink == 0 { // a file with no name (CreateTemp): its collector record follows
-				if err := queue(b, in); err != nil {
-					return err
-				}
-			}
-			return putInode(b, in)
-		}
-		v, err := get(batchReader{b}, gcKey(ino))
-		if err != nil || v == nil {
-			return err
-		}
-		rec := &metapb.Inode{}
-		if err := proto.Unmarshal(v, rec); err != nil {
-			return err
-		}
-		rec.Size = max(rec.Size, *size)
-		raiseWritten(rec, *written)
-		nv, err := proto.Marshal(rec)
-		if err != nil {
-			return err
-		}
-		return b.Set(gcKey(ino), nv, nil)
+		return updateFile(b, ino, size, func(*metapb.Inode) uint64 { return *written }, now)
 	})
 }
 
-// PruneClient ends every write session of client.
+// updateFile extends file ino's length to *size (when given, with its
+// times) and raises its written mark to mark(file), in its inode or, for a
+// file unlinked meanwhile, in its collector record.
+func updateFile(b *pebble.Batch, ino uint64, size *uint64, mark func(*metapb.Inode) uint64, now int64) error {
+	in, err := loadInode(batchReader{b}, ino)
+	if err == nil {
+		if size != nil {
+			in.Size, in.MtimeNs, in.CtimeNs = max(in.Size, *size), now, now
+		}
+		raiseWritten(in, mark(in))
+		if in.Nlink == 0 { // a file with no name (CreateTemp): its collector record follows
+			if err := queue(b, in); err != nil {
+				return err
+			}
+		}
+		return putInode(b, in)
+	}
+	v, err := get(batchReader{b}, gcKey(ino))
+	if err != nil || v == nil {
+		return err
+	}
+	rec := &metapb.Inode{}
+	if err := proto.Unmarshal(v, rec); err != nil {
+		return err
+	}
+	if size != nil {
+		rec.Size = max(rec.Size, *size)
+	}
+	raiseWritten(rec, mark(rec))
+	nv, err := proto.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return b.Set(gcKey(ino), nv, nil)
+}
+
+// PruneClient ends every write session of client, a client taken for
+// dead. Each file it held gets a written mark of at least one chunk: a
+// writer reserves room in the mark before it writes past it (sdk), all but
+// the first chunk, which its session covers; so the mark bounds what the
+// dead writer may have stored, and the collector removes all of it.
 func (ns *Namespace) PruneClient(client uint64) error {
 	return ns.write(func(b *pebble.Batch) error {
 		it, err := b.NewIter(&pebble.IterOptions{LowerBound: []byte{'w'}, UpperBound: []byte{'x'}})
@@ -112,12 +129,19 @@ func (ns *Namespace) PruneClient(client uint64) error {
 				dead = append(dead, append([]byte(nil), it.Key()...))
 			}
 		}
+		if err := it.Error(); err != nil {
+			return err
+		}
+		firstChunk := func(f *metapb.Inode) uint64 { return uint64(f.GetLayout().GetChunkSize()) }
 		for _, k := range dead {
 			if err := b.Delete(k, nil); err != nil {
 				return err
 			}
+			if err := updateFile(b, binary.BigEndian.Uint64(k[1:9]), nil, firstChunk, 0); err != nil {
+				return err
+			}
 		}
-		return it.Error()
+		return nil
 	})
 }
 
