@@ -51,6 +51,12 @@
 // read whose file was written over while it was sent is answered
 // ErrNotCommitted, to be retried (see the chunkstore package doc).
 //
+// An update is pulled into one of the node's staging buffers
+// (NodeConfig.Buffers) and held there while it goes down the chain, so an
+// update takes one only while enough stay free for the hops after it
+// (buffers.go): nodes that head some chains and follow in others never
+// fill their buffers with updates that all wait for each other.
+//
 // Chunk data is checked end to end, which is why fabric need not checksum
 // payloads (tcp.Config.DataChecksum is off by default): an update carries the
 // writer's CRC32C, which every replica checks before it stores anything (for

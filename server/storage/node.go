@@ -71,7 +71,7 @@ type Node struct {
 
 	bufs   []byte
 	mr     fabric.MR
-	free   chan int
+	free   *bufPool
 	chunks keyedMutex
 	seen   *dedupe
 
@@ -106,16 +106,13 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 		cfg.Logger = slog.Default()
 	}
 	n := &Node{cfg: cfg, ep: cfg.Endpoint, routing: cfg.Routing, log: cfg.Logger.With("node", string(cfg.Endpoint.ID())),
-		free: make(chan int, cfg.Buffers), seen: newDedupe(1 << 16), m: newMetrics(cfg.Metrics, cfg.Targets)}
+		free: newBufPool(cfg.Buffers), seen: newDedupe(1 << 16), m: newMetrics(cfg.Metrics, cfg.Targets)}
 	n.bufs = make([]byte, cfg.Buffers*cfg.BufferSize)
 	mr, err := n.ep.RegisterMemory(n.bufs, fabric.AccessRemoteRead)
 	if err != nil {
 		return nil, fmt.Errorf("storage node: register buffers: %w", err)
 	}
 	n.mr = mr
-	for i := 0; i < cfg.Buffers; i++ {
-		n.free <- i
-	}
 	fabric.Handle(n.ep, chunkio.MethodUpdate, n.update)
 	fabric.HandleReadOnly(n.ep, chunkio.MethodRead, n.read)
 	fabric.Handle(n.ep, chunkio.MethodQuery, n.query)
@@ -191,30 +188,32 @@ func chunkOf(p *storagepb.ChunkID) (chunkio.ID, error) {
 	return chunkio.FromProto(p), nil
 }
 
-func (n *Node) buffer(ctx context.Context) (int, []byte, error) {
-	select {
-	case i := <-n.free:
-		return i, n.bufs[i*n.cfg.BufferSize : (i+1)*n.cfg.BufferSize], nil
-	case <-ctx.Done():
-		return 0, nil, fmt.Errorf("waiting for an update buffer: %w", ctx.Err())
+// buffer takes a staging buffer, leaving keep free for the hops after the
+// caller's (see bufPool).
+func (n *Node) buffer(ctx context.Context, keep int) (int, []byte, error) {
+	i, err := n.free.take(ctx, keep)
+	if err != nil {
+		return 0, nil, fmt.Errorf("waiting for an update buffer: %w", err)
 	}
+	return i, n.bufs[i*n.cfg.BufferSize : (i+1)*n.cfg.BufferSize], nil
 }
 
 // pull takes a buffer and pulls length bytes from src into it. The caller
 // checks them against the update's CRC (Engine.Store does, in the pass that
-// checksums the blocks) and returns the buffer (n.free <- slot).
-func (n *Node) pull(ctx context.Context, src *storagepb.RemoteBuf, length uint32) (int, []byte, error) {
+// checksums the blocks) and returns the buffer (n.free.put(slot)); keep
+// is buffer's.
+func (n *Node) pull(ctx context.Context, src *storagepb.RemoteBuf, length uint32, keep int) (int, []byte, error) {
 	if int(length) > n.cfg.BufferSize || src.GetLen() != length {
 		return 0, nil, fmt.Errorf("%d bytes (source %d): %w", length, src.GetLen(), chunkio.ErrTooLarge)
 	}
-	slot, buf, err := n.buffer(ctx)
+	slot, buf, err := n.buffer(ctx, keep)
 	if err != nil {
 		return 0, nil, err
 	}
 	data := buf[:length]
 	rb := fabric.RemoteBuf{Node: fabric.NodeID(src.Node), Key: src.Key, Offset: src.Offset, Len: src.Len}
 	if err := n.ep.Read(ctx, rb, data); err != nil {
-		n.free <- slot
+		n.free.put(slot)
 		return 0, nil, fmt.Errorf("pull: %w", err)
 	}
 	return slot, data, nil

@@ -211,11 +211,12 @@ func (n *Node) syncChunk(ctx context.Context, chainID routing.ChainID, self, suc
 	case theirs != nil && theirs.Ver == mine.Ver && theirs.Crc == mine.Crc && !theirs.Pending:
 		return nil
 	default:
-		slot, buf, err := n.buffer(ctx)
+		// The successor pulls into one of its own buffers meanwhile.
+		slot, buf, err := n.buffer(ctx, min(1, n.cfg.Buffers-1))
 		if err != nil {
 			return err
 		}
-		defer func() { n.free <- slot }()
+		defer func() { n.free.put(slot) }()
 		got, v, err := e.Read(id, 0, buf[:mine.Length])
 		if err != nil {
 			return err
@@ -282,11 +283,11 @@ func (n *Node) syncWrite(ctx context.Context, peer fabric.NodeID, req *storagepb
 		defer unlock()
 		return &storagepb.SyncWriteReply{}, e.Remove(id)
 	}
-	slot, data, err := n.pull(ctx, req.Src, req.Length)
+	slot, data, err := n.pull(ctx, req.Src, req.Length, 0) // the last hop: it waits for no one
 	if err != nil {
 		return nil, fmt.Errorf("sync of chunk %v: %w", id, err)
 	}
-	defer func() { n.free <- slot }()
+	defer func() { n.free.put(slot) }()
 	if chunkio.CRC(data) != req.Crc {
 		return nil, fmt.Errorf("sync of chunk %v: pulled bytes: %w", id, chunkio.ErrChecksum)
 	}

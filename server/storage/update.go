@@ -55,11 +55,15 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (reply *
 		pending.Dec()
 		n.m.updated(req, err, t0)
 	}()
-	slot, data, err := n.pull(ctx, req.Src, req.Length)
+	keep := 0 // buffers left for the hops after this one (bufPool)
+	if chain, _, err := n.route(req.Chain, req.ChainVer, req.Target); err == nil {
+		keep = hopsAfter(chain, routing.TargetID(req.Target), n.cfg.Buffers)
+	}
+	slot, data, err := n.pull(ctx, req.Src, req.Length, keep)
 	if err != nil {
 		return nil, fmt.Errorf("update of chunk %v: %w", req.Chunk, err)
 	}
-	defer func() { n.free <- slot }()
+	defer func() { n.free.put(slot) }()
 	id := chunkio.FromProto(req.Chunk)
 	self := routing.TargetID(req.Target)
 	unlock := n.chunks.lock(lockKey{self, id})
@@ -129,20 +133,20 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (reply *
 	full := func() (*storagepb.UpdateRequest, func(), error) {
 		// A syncing successor may lack the base a patch applies to, and a
 		// diverged one has another: they get the whole new version.
-		fslot, fbuf, err := n.buffer(ctx)
+		fslot, fbuf, err := n.buffer(ctx, keep)
 		if err != nil {
 			return nil, nil, err
 		}
 		got, _, err := e.ReadVersion(id, ver, 0, fbuf[:v.Length])
 		if err != nil {
-			n.free <- fslot
+			n.free.put(fslot)
 			return nil, nil, err
 		}
 		return &storagepb.UpdateRequest{
 			Chain: req.Chain, Chunk: req.Chunk, Length: uint32(got), Crc: chunkio.CRC(fbuf[:got]),
 			UpdateVer: ver, FullChunk: true, Src: n.remote(fslot, uint32(got)),
 			Client: req.Client, Seq: req.Seq, VerCrc: v.Crc,
-		}, func() { n.free <- fslot }, nil
+		}, func() { n.free.put(fslot) }, nil
 	}
 	synced := make(chan error, 1)
 	if finish != nil {
@@ -185,11 +189,11 @@ func (n *Node) settlePending(ctx context.Context, chain routing.Chain, self rout
 	if int(p.Length) > n.cfg.BufferSize {
 		return fmt.Errorf("settle pending version %d of %d bytes: %w", p.Ver, p.Length, chunkio.ErrTooLarge)
 	}
-	slot, buf, err := n.buffer(ctx)
+	slot, buf, err := n.buffer(ctx, hopsAfter(chain, self, n.cfg.Buffers))
 	if err != nil {
 		return err
 	}
-	defer func() { n.free <- slot }()
+	defer func() { n.free.put(slot) }()
 	got, _, err := e.ReadVersion(id, p.Ver, 0, buf[:p.Length])
 	if errors.Is(err, chunkio.ErrChecksum) {
 		// Torn (a power loss before its sync): it was never acknowledged,
