@@ -35,8 +35,10 @@ func (p *bufPool) take(ctx context.Context, keep int) (int, error) {
 	for {
 		p.mu.Lock()
 		if len(p.free) > keep {
-			i := p.free[len(p.free)-1]
-			p.free = p.free[:len(p.free)-1]
+			// The buffer free longest: one just given back may still be
+			// read by a forward whose caller stopped waiting for it.
+			i := p.free[0]
+			p.free = p.free[1:]
 			p.mu.Unlock()
 			return i, nil
 		}

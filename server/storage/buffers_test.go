@@ -81,7 +81,7 @@ func TestBufPoolKeepsForLaterHops(t *testing.T) {
 	go func() { i, _ := p.take(ctx, 0); done <- i }()
 	p.put(c)
 	if got := <-done; got != c {
-		t.Fatalf("a waiter got buffer %d, want the one put back (%d)", got, c)
+		t.Fatalf("a waiter got buffer %d, want the one put back (%d), the only one free", got, c)
 	}
 	p.put(a)
 	p.put(b)
