@@ -41,11 +41,17 @@ func newFileInfo(name string, in *metapb.Inode) *FileInfo {
 	fi := &FileInfo{name: name, ino: in.Ino, mode: typeMode[in.Type] | unixPerm(in.Mode),
 		size: int64(in.Size), nlink: in.Nlink, uid: in.Uid, gid: in.Gid,
 		atime: time.Unix(0, in.AtimeNs), mtime: time.Unix(0, in.MtimeNs), ctime: time.Unix(0, in.CtimeNs),
-		target: in.Target, chunkSize: in.Layout.GetChunkSize(), written: in.Size, rdev: in.Rdev}
-	if in.Written != nil {
-		fi.written = *in.Written
-	}
+		target: in.Target, chunkSize: in.Layout.GetChunkSize(), written: writtenMark(in), rdev: in.Rdev}
 	return fi
+}
+
+// writtenMark is a file's written mark (metapb.Inode.written), or its
+// length where it has none (records from before the mark).
+func writtenMark(in *metapb.Inode) uint64 {
+	if in.Written != nil {
+		return *in.Written
+	}
+	return in.Size
 }
 
 // baseName is the name FileInfo.Name reports for (at, p): its last name,

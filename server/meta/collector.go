@@ -190,7 +190,7 @@ func (c *Collector) EndDeadWriters(ctx context.Context, now time.Time) (int, err
 	ended := 0
 	for client, opened := range clients {
 		last := time.Unix(0, opened)
-		if heard := c.r.clients.lastHeard(client); heard.After(last) {
+		if heard := c.r.locks.lastHeard(client); heard.After(last) {
 			last = heard
 		}
 		if now.Sub(last) < c.cfg.ClientLease {

@@ -227,7 +227,7 @@ func TestDeadWritersEnded(t *testing.T) {
 		t.Fatalf("within the lease: ended %d, %v", n, err)
 	}
 	now := t0.Add(100 * time.Second)
-	r.clients.heard(8, now.Add(-10*time.Second)) // 8 renews; 7 has not since t0; 9 opened at t0+90s
+	r.locks.renew(r.raft.CurrentTerm(), 8, nil, 0, now.Add(-10*time.Second)) // 8 renews; 7 has not since t0; 9 opened at t0+90s
 	if n, err := c.EndDeadWriters(ctx, now); err != nil || n != 1 {
 		t.Fatalf("ended %d clients, %v; want client 7 only", n, err)
 	}
@@ -246,11 +246,11 @@ func TestDeadWritersEnded(t *testing.T) {
 	}
 	// The renewals of a live client come through KeepOpen.
 	svc := NewService(r)
-	before := r.clients.lastHeard(9)
+	before := r.locks.lastHeard(9)
 	if _, err := svc.KeepOpen(ctx, &metapb.KeepOpenRequest{Client: 9}); err != nil {
 		t.Fatal(err)
 	}
-	if !r.clients.lastHeard(9).After(before) {
+	if !r.locks.lastHeard(9).After(before) {
 		t.Fatal("KeepOpen did not count as hearing from the client")
 	}
 }

@@ -97,6 +97,16 @@ func (t *lockTable) lock(term uint64, l *metapb.Lock, test bool, wait time.Durat
 	return nil, false
 }
 
+// lastHeard is when client last renewed (KeepOpen) or asked for a lock in
+// this replica's term as leader; zero if not lately. The collector ends the
+// write sessions of clients not heard from for a lease
+// (Collector.EndDeadWriters).
+func (t *lockTable) lastHeard(client uint64) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seen[client]
+}
+
 // renew keeps client's locks; while the term is still learning (wait) it
 // takes the locks the client says it holds.
 func (t *lockTable) renew(term, client uint64, held []*metapb.Lock, wait time.Duration, now time.Time) {

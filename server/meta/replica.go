@@ -54,7 +54,6 @@ type Replica struct {
 	barrierTerm atomic.Uint64 // the term a barrier was passed in
 	readers     readLeases    // files clients hold open for reading (leader)
 	locks       lockTable     // file locks, the leader's (locks.go)
-	clients     liveClients   // when clients last renewed (leader; clients.go)
 
 	applyObserver interface{ Observe(float64) } // set by NewMetrics
 }

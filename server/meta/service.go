@@ -294,7 +294,6 @@ func (s *Service) KeepOpen(ctx context.Context, req *metapb.KeepOpenRequest) (*m
 		return nil, toStatus(fsmeta.ErrNotLeader)
 	}
 	now := time.Now()
-	s.r.clients.heard(req.Client, now)
 	s.r.locks.renew(s.r.raft.CurrentTerm(), req.Client, req.Locks, s.lockWait, now)
 	return &metapb.Empty{}, toStatus(s.r.readers.renew(req.Inodes, now))
 }

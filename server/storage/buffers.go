@@ -65,10 +65,9 @@ func (p *bufPool) put(i int) {
 // self keeps free for them (at most buffers-1, so that a node with fewer
 // buffers than a chain is long still takes updates at every position).
 func hopsAfter(chain routing.Chain, self routing.TargetID, buffers int) int {
-	for i, t := range chain.Targets {
-		if t == self {
-			return min(len(chain.Targets)-1-i, buffers-1)
-		}
+	i, _, ok := chain.Position(self)
+	if !ok {
+		return 0
 	}
-	return 0
+	return min(len(chain.Targets)-1-i, buffers-1)
 }

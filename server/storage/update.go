@@ -39,15 +39,16 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 		}
 		// A client's retry of an update already done gets the same answer.
 		return n.seen.do(dedupeKey{req.Client, req.Seq}, func() (*storagepb.UpdateReply, error) {
-			return n.apply(ctx, req)
+			return n.apply(ctx, req, hopsAfter(chain, routing.TargetID(req.Target), n.cfg.Buffers))
 		})
 	}
-	return n.apply(ctx, req)
+	return n.apply(ctx, req, hopsAfter(chain, routing.TargetID(req.Target), n.cfg.Buffers))
 }
 
 // apply pulls the update's bytes, stores them as a pending version,
 // forwards them down the chain and commits once the rest of the chain has.
-func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (reply *storagepb.UpdateReply, err error) {
+// Its staging buffers leave keep free for the hops after it (bufPool).
+func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest, keep int) (reply *storagepb.UpdateReply, err error) {
 	t0 := time.Now()
 	pending := n.m.pendingOf(req.Chain)
 	pending.Inc()
@@ -55,10 +56,6 @@ func (n *Node) apply(ctx context.Context, req *storagepb.UpdateRequest) (reply *
 		pending.Dec()
 		n.m.updated(req, err, t0)
 	}()
-	keep := 0 // buffers left for the hops after this one (bufPool)
-	if chain, _, err := n.route(req.Chain, req.ChainVer, req.Target); err == nil {
-		keep = hopsAfter(chain, routing.TargetID(req.Target), n.cfg.Buffers)
-	}
 	slot, data, err := n.pull(ctx, req.Src, req.Length, keep)
 	if err != nil {
 		return nil, fmt.Errorf("update of chunk %v: %w", req.Chunk, err)
