@@ -368,6 +368,12 @@ class _Inline:
         return torch.frombuffer(bytearray(self.data), dtype=self.dtype).reshape(self.shape)
 
 
+def _shared_bytes(shared):
+    """The bytes of a batch's tensors that are views of a worker's memory
+    (_Handoff.send's shared: name -> (offset, bytes, dtype, shape))."""
+    return sum(n for _, n, _, _ in shared.values())
+
+
 def _nbytes(t):
     return t.numel() * t.element_size()
 
@@ -465,7 +471,7 @@ class _Receiver:
         # Every tensor of this batch is a view of base, which the worker is
         # told about once the last of them is gone.
         base = np.frombuffer(mm, dtype=np.uint8)
-        weakref.finalize(base, self._freed, name, seq, sum(n for _, n, _, _ in shared.values()))
+        weakref.finalize(base, self._freed, name, seq, _shared_bytes(shared))
         with _read_only_ok():
             for k, (off, n, dtype, shape) in shared.items():
                 out[k] = torch.from_numpy(base[off: off + n]).view(dtype).reshape(shape)
@@ -615,8 +621,7 @@ class _Pool:
         meta = item.get(_SHARED) if isinstance(item, dict) else None
         if meta is None:
             return _PREFETCH
-        nbytes = sum(n for _, n, _, _ in meta[4].values())
-        return max(_PREFETCH, min(_MAX_AHEAD, self.window_bytes // max(1, nbytes)))
+        return max(_PREFETCH, min(_MAX_AHEAD, self.window_bytes // max(1, _shared_bytes(meta[4]))))
 
     def _stop(self, active):
         """Tells workers still in this iteration to leave it, and waits
