@@ -19,20 +19,42 @@ func Update(crc uint32, b []byte) uint32 {
 	for useFold && len(b) >= minFold {
 		n := min(len(b), maxFold) &^ (foldBlock - 1)
 		var x [16]byte
-		fold(^crc, b[:n], &x, &foldConsts)
-		// x has the CRC of b[:n] as its own CRC with a zero register:
-		// crc32.Update(0xFFFFFFFF, table, x[:]), a table lookup a byte
-		// here, since passing x to hash/crc32 moves it to the heap (an
-		// allocation for every checksum, three for every sample a loader
-		// reads through an agent).
-		r := uint32(0)
-		for _, v := range x {
-			r = table[byte(r)^v] ^ r>>8
-		}
-		crc = ^r
+		fold(^crc, nil, b[:n], &x, &foldConsts)
+		crc = folded(&x)
 		b = b[n:]
 	}
 	return crc32.Update(crc, table, b)
+}
+
+// Copy copies src into dst, as copy does, and returns the CRC32C of the
+// bytes copied, reading them once: a copy that must be checked costs about
+// what the copy alone does. dst and src must not overlap.
+func Copy(dst, src []byte) uint32 {
+	n := min(len(dst), len(src))
+	dst, src = dst[:n], src[:n]
+	crc := uint32(0)
+	for useFold && len(src) >= minFold {
+		n := min(len(src), maxFold) &^ (foldBlock - 1)
+		var x [16]byte
+		fold(^crc, dst[:n], src[:n], &x, &foldConsts)
+		crc = folded(&x)
+		dst, src = dst[n:], src[n:]
+	}
+	copy(dst, src)
+	return crc32.Update(crc, table, dst)
+}
+
+// folded is the CRC register after a fold that left x: x has the CRC of
+// the bytes folded as its own CRC with a zero register, that is
+// crc32.Update(0xFFFFFFFF, table, x[:]), taken a table lookup a byte here,
+// since passing x to hash/crc32 moves it to the heap (an allocation for
+// every checksum, three for every sample a loader reads through an agent).
+func folded(x *[16]byte) uint32 {
+	r := uint32(0)
+	for _, v := range x {
+		r = table[byte(r)^v] ^ r>>8
+	}
+	return ^r
 }
 
 // foldBlock is what one turn of the folding loop consumes; below minFold

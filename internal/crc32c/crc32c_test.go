@@ -110,3 +110,71 @@ func TestChecksumAllocatesNothing(t *testing.T) {
 		t.Fatalf("Checksum of 4 KiB: %v allocations", n)
 	}
 }
+
+// TestCopy: Copy leaves dst as copy does (bytes past the copy untouched)
+// and returns the CRC of what it copied, at every length and alignment
+// TestMatchesHashCRC32 tries.
+func TestCopy(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	src := make([]byte, 3<<20+512)
+	for i := range src {
+		src[i] = byte(rng.Uint32())
+	}
+	dst := make([]byte, len(src)+64)
+	lengths := []int{3<<20 + 300, 2 << 20, 1<<20 + 1024, 1 << 20, 1<<20 - 1, 65536 + 17, 4096, 4095, 4097}
+	for n := 0; n <= 2048; n += 7 {
+		lengths = append(lengths, n)
+	}
+	for _, n := range lengths {
+		for _, align := range []int{0, 1, 31, 63} {
+			for i := range dst {
+				dst[i] = 0xAA
+			}
+			s, d := src[align:align+n], dst[63-align:]
+			if got, want := Copy(d, s), crc32.Checksum(s, table); got != want {
+				t.Fatalf("len %d align %d: %#x, want %#x", n, align, got, want)
+			}
+			if !bytes.Equal(d[:n], s) {
+				t.Fatalf("len %d align %d: dst differs from src", n, align)
+			}
+			if d[n] != 0xAA || (63-align > 0 && dst[62-align] != 0xAA) {
+				t.Fatalf("len %d align %d: bytes outside the copy changed", n, align)
+			}
+		}
+	}
+	if got := Copy(make([]byte, 2), []byte("123456789")); got != crc32.Checksum([]byte("12"), table) {
+		t.Fatalf("short dst: %#x", got)
+	}
+}
+
+func BenchmarkCopy(b *testing.B) {
+	for _, bs := range []struct {
+		name string
+		size int
+	}{{"4KiB", 4 << 10}, {"128KiB", 128 << 10}, {"1MiB", 1 << 20}, {"32MiB", 32 << 20}} {
+		size := bs.size
+		src, dst := make([]byte, size), make([]byte, size)
+		for i := range src {
+			src[i] = byte(i * 7)
+		}
+		b.Run("size="+bs.name+"/impl=fused", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				Copy(dst, src)
+			}
+		})
+		b.Run("size="+bs.name+"/impl=copy_then_checksum", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				copy(dst, src)
+				Checksum(dst)
+			}
+		})
+		b.Run("size="+bs.name+"/impl=copy", func(b *testing.B) {
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				copy(dst, src)
+			}
+		})
+	}
+}
