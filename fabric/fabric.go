@@ -126,6 +126,18 @@ type Endpoint interface {
 	Close() error
 }
 
+// SummingEndpoint is an Endpoint whose one-sided writes are copies this
+// process's CPU makes into peers in the same process (fabric/local), so it
+// can say what it stored: WriteBatchSummed is WriteBatch that also returns
+// the CRC32C of each op's bytes as they were stored, computed in the same
+// pass as the copy, or no sums (nil) when some op went over a wire. Wire
+// transports do not have it: what a socket or a NIC stores is checked
+// where it lands.
+type SummingEndpoint interface {
+	Endpoint
+	WriteBatchSummed(ctx context.Context, ops []Op) ([]uint32, error)
+}
+
 // Transport creates endpoints on one kind of wire.
 type Transport interface {
 	// Listen starts an endpoint that accepts connections at addr. Its ID is

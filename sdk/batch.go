@@ -316,7 +316,7 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readRes
 		off := int(rd.Dst.Offset)
 		dst := op.Buf.B[off : off+int(rd.Dst.Len)]
 		checked := true // dst holds rd.N bytes whose CRC is rd.CRC
-		if rd.Err != nil || rd.N < 0 || rd.N > len(dst) || chunkio.CRC(dst[:rd.N]) != rd.CRC {
+		if rd.Err != nil || rd.N < 0 || rd.N > len(dst) || !rd.Checked && chunkio.CRC(dst[:rd.N]) != rd.CRC {
 			checked = false
 			var err error
 			rd.N, _, err = c.store.ReadRegistered(ctx, rd.Chain, rd.Chunk, rd.Offset, op.Buf.mr, off, dst, false)

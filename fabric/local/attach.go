@@ -43,7 +43,7 @@ type attached struct {
 	far  fabric.Endpoint
 }
 
-var _ fabric.Endpoint = (*attached)(nil)
+var _ fabric.SummingEndpoint = (*attached)(nil)
 
 // via is the side that reaches node.
 func (a *attached) via(node fabric.NodeID) fabric.Endpoint {
@@ -88,6 +88,17 @@ func (a *attached) WriteBatch(ctx context.Context, ops []fabric.Op) error {
 	return fabric.ForEachNode(ctx, ops, func(ctx context.Context, node fabric.NodeID, ops []fabric.Op) error {
 		return a.via(node).WriteBatch(ctx, ops)
 	})
+}
+
+// WriteBatchSummed sums what it copies when every op is for a peer on
+// the network; when any goes through far it is WriteBatch, with no sums.
+func (a *attached) WriteBatchSummed(ctx context.Context, ops []fabric.Op) ([]uint32, error) {
+	for i, op := range ops {
+		if (i == 0 || op.Remote.Node != ops[i-1].Remote.Node) && !a.near.net.reaches(op.Remote.Node) {
+			return nil, a.WriteBatch(ctx, ops)
+		}
+	}
+	return a.near.WriteBatchSummed(ctx, ops)
 }
 
 // Close takes the endpoint off the network, waits for the handlers its

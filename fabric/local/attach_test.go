@@ -9,6 +9,7 @@ import (
 	"github.com/sluicefs/sluice/fabric"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 	"github.com/sluicefs/sluice/fabric/tcp"
+	"github.com/sluicefs/sluice/internal/crc32c"
 )
 
 func tcpTransport(t *testing.T) *tcp.Transport {
@@ -110,6 +111,20 @@ func TestAttachedServesBothSides(t *testing.T) {
 	fmr.Fence()
 	if !bytes.Equal(nearDst[:2048], src[:2048]) || !bytes.Equal(farDst[:2048], src[2048:]) {
 		t.Fatal("a push landed wrong")
+	}
+	// Summed pushes: into the process, summed as copied; with a peer
+	// over the wire in the batch, pushed all the same but not summed.
+	se := srv.(fabric.SummingEndpoint)
+	sums, err := se.WriteBatchSummed(ctx, []fabric.Op{{Remote: nmr.Remote(2048, 2048), Local: src[2048:]}})
+	nmr.Fence()
+	if err != nil || len(sums) != 1 || sums[0] != crc32c.Checksum(src[2048:]) || !bytes.Equal(nearDst[2048:], src[2048:]) {
+		t.Fatalf("summed push into the process: sums %v, %v", sums, err)
+	}
+	sums, err = se.WriteBatchSummed(ctx, []fabric.Op{{Remote: nmr.Remote(0, 1024), Local: src[1024:2048]}, {Remote: fmr.Remote(2048, 1024), Local: src[:1024]}})
+	nmr.Fence()
+	fmr.Fence()
+	if err != nil || sums != nil || !bytes.Equal(nearDst[:1024], src[1024:2048]) || !bytes.Equal(farDst[2048:3072], src[:1024]) {
+		t.Fatalf("summed push with a peer over TCP: sums %v, %v", sums, err)
 	}
 
 	// Closing takes the endpoint off the network; TCP peers lose it too.

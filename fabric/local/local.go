@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sluicefs/sluice/fabric"
+	"github.com/sluicefs/sluice/internal/crc32c"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
@@ -113,7 +114,7 @@ type Endpoint struct {
 	closed bool
 }
 
-var _ fabric.Endpoint = (*Endpoint)(nil)
+var _ fabric.SummingEndpoint = (*Endpoint)(nil)
 
 func (ep *Endpoint) ID() fabric.NodeID { return ep.id }
 
@@ -324,6 +325,55 @@ func (ep *Endpoint) serveMessage(ctx context.Context, from fabric.NodeID, method
 
 // copyOps checks every range first, as the wire transports do, then copies.
 func (ep *Endpoint) copyOps(ctx context.Context, node fabric.NodeID, verb fabric.Verb, ops []fabric.Op) error {
+	return ep.copySummed(ctx, node, verb, ops, nil)
+}
+
+// WriteBatchSummed pushes every op as WriteBatch does, and returns the
+// CRC32C of each op's bytes, taken as they were copied (crc32c.Copy).
+func (ep *Endpoint) WriteBatchSummed(ctx context.Context, ops []fabric.Op) ([]uint32, error) {
+	sums := make([]uint32, len(ops))
+	for i := range ops {
+		if err := fabric.CheckOp(ops[i].Remote, ops[i].Local); err != nil {
+			return nil, fmt.Errorf("op %d: %w", i, err)
+		}
+	}
+	// One peer's ops at a time, in order: a local copy is the CPU's work,
+	// so running peers alongside each other would gain nothing.
+	done := make([]bool, len(ops))
+	for i := range ops {
+		if done[i] {
+			continue
+		}
+		node := ops[i].Remote.Node
+		var idx []int
+		for j := i; j < len(ops); j++ {
+			if !done[j] && ops[j].Remote.Node == node {
+				idx = append(idx, j)
+				done[j] = true
+			}
+		}
+		group, gsums := ops, sums
+		if len(idx) < len(ops) {
+			group, gsums = make([]fabric.Op, len(idx)), make([]uint32, len(idx))
+			for k, j := range idx {
+				group[k] = ops[j]
+			}
+		}
+		if err := ep.copySummed(ctx, node, fabric.VerbWrite, group, gsums); err != nil {
+			return nil, fmt.Errorf("%v batch of %d with %s: %w", fabric.VerbWrite, len(group), node, err)
+		}
+		if len(idx) < len(ops) {
+			for k, j := range idx {
+				sums[j] = gsums[k]
+			}
+		}
+	}
+	return sums, nil
+}
+
+// copySummed checks every range first, as the wire transports do, then
+// copies; with sums (writes only), it sums each op's bytes as it copies.
+func (ep *Endpoint) copySummed(ctx context.Context, node fabric.NodeID, verb fabric.Verb, ops []fabric.Op, sums []uint32) error {
 	want := fabric.AccessRemoteRead
 	if verb == fabric.VerbWrite {
 		want = fabric.AccessRemoteWrite
@@ -356,9 +406,12 @@ func (ep *Endpoint) copyOps(ctx context.Context, node fabric.NodeID, verb fabric
 		spans = append(spans, s)
 	}
 	for i, op := range ops {
-		if want == fabric.AccessRemoteRead {
+		switch {
+		case want == fabric.AccessRemoteRead:
 			copy(op.Local, spans[i].B)
-		} else {
+		case sums != nil:
+			sums[i] = crc32c.Copy(spans[i].B, op.Local)
+		default:
 			copy(spans[i].B, op.Local)
 		}
 	}

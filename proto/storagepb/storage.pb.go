@@ -511,12 +511,16 @@ func (x *ReadRequest) GetFailIfDirty() bool {
 }
 
 type ReadResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"` // fabric code; 0 = ok
-	Error         string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
-	Length        uint32                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`   // bytes pushed (short at the end of the chunk)
-	Version       uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"` // the committed version read
-	Crc           uint32                 `protobuf:"varint,5,opt,name=crc,proto3" json:"crc,omitempty"`         // CRC32C of the bytes pushed: the client checks it
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Code    uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"` // fabric code; 0 = ok
+	Error   string                 `protobuf:"bytes,2,opt,name=error,proto3" json:"error,omitempty"`
+	Length  uint32                 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`   // bytes pushed (short at the end of the chunk)
+	Version uint64                 `protobuf:"varint,4,opt,name=version,proto3" json:"version,omitempty"` // the committed version read
+	Crc     uint32                 `protobuf:"varint,5,opt,name=crc,proto3" json:"crc,omitempty"`         // CRC32C of the bytes pushed: the client checks it
+	// The node summed the bytes as it stored them in the client's memory (a
+	// copy within one process, fabric.SummingEndpoint) and they matched crc:
+	// the client need not check them again.
+	Checked       bool `protobuf:"varint,6,opt,name=checked,proto3" json:"checked,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -584,6 +588,13 @@ func (x *ReadResult) GetCrc() uint32 {
 		return x.Crc
 	}
 	return 0
+}
+
+func (x *ReadResult) GetChecked() bool {
+	if x != nil {
+		return x.Checked
+	}
+	return false
 }
 
 type ReadReply struct {
@@ -1513,14 +1524,15 @@ const file_storage_v1_storage_proto_rawDesc = "" +
 	"dst_offset\x18\v \x01(\x04R\tdstOffsetJ\x04\b\x03\x10\x04J\x04\b\x06\x10\a\"i\n" +
 	"\vReadRequest\x126\n" +
 	"\aentries\x18\x01 \x03(\v2\x1c.sluice.storage.v1.ReadEntryR\aentries\x12\"\n" +
-	"\rfail_if_dirty\x18\x02 \x01(\bR\vfailIfDirty\"z\n" +
+	"\rfail_if_dirty\x18\x02 \x01(\bR\vfailIfDirty\"\x94\x01\n" +
 	"\n" +
 	"ReadResult\x12\x12\n" +
 	"\x04code\x18\x01 \x01(\rR\x04code\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\x12\x16\n" +
 	"\x06length\x18\x03 \x01(\rR\x06length\x12\x18\n" +
 	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x10\n" +
-	"\x03crc\x18\x05 \x01(\rR\x03crc\"D\n" +
+	"\x03crc\x18\x05 \x01(\rR\x03crc\x12\x18\n" +
+	"\achecked\x18\x06 \x01(\bR\achecked\"D\n" +
 	"\tReadReply\x127\n" +
 	"\aresults\x18\x01 \x03(\v2\x1d.sluice.storage.v1.ReadResultR\aresults\"\x8b\x01\n" +
 	"\fQueryRequest\x12\x14\n" +

@@ -55,7 +55,8 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	reply := &storagepb.ReadReply{Results: make([]*storagepb.ReadResult, len(req.Entries))}
 	results := make([]storagepb.ReadResult, len(req.Entries))
 	ops := make([]fabric.Op, 0, len(req.Entries))
-	views := make([]int, 0, len(req.Entries)) // entries served from views
+	opEntry := make([]int, 0, len(req.Entries)) // the entry of each op
+	views := make([]int, 0, len(req.Entries))   // entries served from views
 	dones := make([]func() bool, 0, len(req.Entries))
 	for i, e := range req.Entries {
 		res := &results[i]
@@ -79,9 +80,19 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 				Remote: fabric.RemoteBuf{Node: peer, Key: e.DstKey, Offset: e.DstOffset, Len: uint32(len(data))},
 				Local:  data,
 			})
+			opEntry = append(opEntry, i)
 		}
 	}
-	err := n.ep.WriteBatch(ctx, ops)
+	// A copy into a caller in this process sums the bytes as it stores
+	// them: one pass both to push and to check them, here instead of at the
+	// caller.
+	var sums []uint32
+	var err error
+	if se, ok := n.ep.(fabric.SummingEndpoint); ok {
+		sums, err = se.WriteBatchSummed(ctx, ops)
+	} else {
+		err = n.ep.WriteBatch(ctx, ops)
+	}
 	for k, done := range dones {
 		if !done() {
 			res := reply.Results[views[k]]
@@ -91,6 +102,20 @@ func (n *Node) read(ctx context.Context, peer fabric.NodeID, req *storagepb.Read
 	}
 	if err != nil {
 		return nil, fmt.Errorf("push read data: %w", err)
+	}
+	for k, sum := range sums {
+		res, e := reply.Results[opEntry[k]], req.Entries[opEntry[k]]
+		switch {
+		case res.Code != 0: // rewritten while being sent
+		case sum == res.Crc:
+			res.Checked = true
+		default:
+			err := fmt.Errorf("chunk %v: [%d, +%d) does not match its checksum: %w", entryChunk(e), e.Offset, res.Length, chunkio.ErrChecksum)
+			if tm := n.m.target(e.Target); tm != nil {
+				tm.crcFailures.Inc()
+			}
+			*res = storagepb.ReadResult{Code: uint32(fabric.CodeOf(err)), Error: err.Error()}
+		}
 	}
 	for i, res := range reply.Results {
 		if tm := n.m.target(req.Entries[i].Target); tm != nil && res.Code == 0 {

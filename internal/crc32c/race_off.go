@@ -1,0 +1,5 @@
+//go:build !race
+
+package crc32c
+
+const raceEnabled = false
