@@ -208,11 +208,12 @@ func (r *agentRegion) fail(rr *ringRead, err error) error {
 
 // reap hands completions to their reads until the region is released or
 // the agent goes away. The bytes are not checked again here: the agent
-// completes a read only once it has checked the bytes in this Iov against
-// the CRC storage derived from the chunk's block checksums (and read them
-// again, on its own, if they came damaged), so the check is end to end
-// already; a second pass over every sample in the training process would
-// only cost it CPU. The completion's CRC stays for applications of the
+// completes a read only once the bytes in this Iov were checked against
+// the CRC storage derived from the chunk's block checksums — by the agent,
+// or by a storage node in the agent's process as it copied them there —
+// and read them again, on its own, if they came damaged; so the check is
+// end to end already, and a second pass over every sample in the training
+// process would only cost it CPU. The completion's CRC stays for applications of the
 // rings that want to check for themselves.
 func (r *agentRegion) reap() {
 	defer close(r.done)

@@ -4,7 +4,9 @@
 // Read and Write are a single memory copy between registered regions and the
 // caller's buffer; calls marshal their bodies exactly as on the wire, so a
 // handler sees the same bytes on every transport and caller and handler never
-// share memory.
+// share memory. Because a push is this process's own copy, it can also say
+// what it stored: WriteBatchSummed (fabric.SummingEndpoint) returns each
+// op's CRC32C, summed in the same pass as the copy.
 //
 // [Network.Attach] puts an endpoint of another software transport (a TCP
 // listener) on the network under its own ID, sharing its memory regions and
