@@ -29,6 +29,9 @@ type AgentConfig struct {
 	// back the reads behind it.
 	Batch    int
 	Inflight int
+	// BatchBytes bounds the bytes one batch's entries name: 0 picks
+	// agentBatchBytes, negative means no bound.
+	BatchBytes int
 	// MaxFiles bounds the files one client may hold open (default 4096).
 	MaxFiles int
 	Logger   *slog.Logger
@@ -68,6 +71,9 @@ func NewAgent(c *Client, cfg AgentConfig) (*Agent, error) {
 	if cfg.Batch <= 0 {
 		cfg.Batch = 128
 	}
+	if cfg.BatchBytes == 0 {
+		cfg.BatchBytes = agentBatchBytes(c.ep)
+	}
 	if cfg.MaxFiles <= 0 {
 		cfg.MaxFiles = 4096
 	}
@@ -75,12 +81,28 @@ func NewAgent(c *Client, cfg AgentConfig) (*Agent, error) {
 		cfg.Logger = slog.Default()
 	}
 	a := &Agent{c: c, cfg: cfg, closed: make(chan struct{})}
-	srv, err := shmring.Listen(shmring.ServerConfig{Path: cfg.Path, Attach: a.attach, Lease: cfg.Lease, Batch: cfg.Batch, Inflight: cfg.Inflight, Logger: cfg.Logger})
+	srv, err := shmring.Listen(shmring.ServerConfig{Path: cfg.Path, Attach: a.attach, Lease: cfg.Lease, Batch: cfg.Batch, BatchBytes: uint64(max(cfg.BatchBytes, 0)), Inflight: cfg.Inflight, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a.srv = srv
 	return a, nil
+}
+
+// agentBatchBytes is the bound on a batch's bytes an agent on ep takes by
+// default. Over a wire the agent checks every byte storage pushed into the
+// Iov once the batch's reads are done, so it takes batches of 2 MiB at most:
+// the check reads bytes still in cache, and a loader's first samples
+// complete before the rest of what it asked for (a Python loader through
+// `sluice agent`, 2026-12-03: 1.09–1.17× the samples/s of unbounded batches
+// at 1 MiB, 1.03–1.11× at 128 KiB). On an in-process fabric the storage node checks the bytes as it
+// copies them, so the agent has no pass to keep in cache and larger
+// batches keep more copies in flight (2 MiB there: 0.88×): no bound.
+func agentBatchBytes(ep fabric.Endpoint) int {
+	if _, ok := ep.(fabric.SummingEndpoint); ok {
+		return -1
+	}
+	return 2 << 20
 }
 
 // Serve blocks until ctx ends or the agent is closed, then closes it.

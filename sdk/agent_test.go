@@ -16,6 +16,8 @@ import (
 
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/fabric/local"
+	"github.com/sluicefs/sluice/fabric/tcp"
 	"github.com/sluicefs/sluice/internal/testproc"
 	"github.com/sluicefs/sluice/shmring"
 )
@@ -405,5 +407,32 @@ func TestAgentBadInput(t *testing.T) {
 		if (i < 2) != (err == nil) {
 			t.Fatalf("open %d with a limit of 2: %v", i+1, err)
 		}
+	}
+}
+
+// TestAgentBatchBytes: an agent whose reads come over a wire bounds its
+// batches' bytes (it checks each batch's bytes itself, best while they are
+// in cache); one on an in-process fabric, whose storage nodes check what
+// they copy, does not.
+func TestAgentBatchBytes(t *testing.T) {
+	tr, err := tcp.New(tcp.Config{Secret: []byte("batch bytes")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire, err := tr.Dialer("wire")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wire.Close()
+	near, err := local.NewNetwork().Dialer("near")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer near.Close()
+	if got := agentBatchBytes(wire); got != 2<<20 {
+		t.Errorf("over TCP: %d bytes a batch, want 2 MiB", got)
+	}
+	if got := agentBatchBytes(near); got >= 0 {
+		t.Errorf("in process: %d bytes a batch, want no bound", got)
 	}
 }

@@ -29,7 +29,7 @@ func FuzzRingFromPeer(f *testing.F) {
 			return
 		}
 		es := make([]Entry, r.Capacity()+3)
-		n := r.Take(es)
+		n := r.Take(es, 0)
 		if n > r.Capacity() {
 			t.Fatalf("took %d entries from a ring of %d", n, r.Capacity())
 		}

@@ -143,19 +143,24 @@ func (r *Ring) Submit(es []Entry) int {
 	return int(n)
 }
 
-// Take dequeues up to len(es) entries (agent side), many at a time.
-func (r *Ring) Take(es []Entry) int {
+// Take dequeues up to len(es) entries (agent side), many at a time, and
+// stops after the entry that brings their lengths to maxBytes (0: no bound).
+func (r *Ring) Take(es []Entry, maxBytes uint64) int {
 	head, tail := r.load(offSqHead), r.load(offSqTail)
 	n := min(uint64(len(es)), tail-head)
 	if tail-head > r.cap {
 		n = 0 // a corrupt tail: take nothing rather than garbage
 	}
+	var bytes uint64
 	for i := uint64(0); i < n; i++ {
 		b := r.entry(head + i)
 		es[i] = Entry{
 			File: binary.LittleEndian.Uint64(b[0:]), Offset: binary.LittleEndian.Uint64(b[8:]),
 			BufOff: binary.LittleEndian.Uint64(b[16:]), UserData: binary.LittleEndian.Uint64(b[24:]),
 			Length: binary.LittleEndian.Uint32(b[32:]), Op: Op(binary.LittleEndian.Uint32(b[36:])),
+		}
+		if bytes += uint64(es[i].Length); maxBytes > 0 && bytes >= maxBytes {
+			n = i + 1
 		}
 	}
 	r.store(offSqHead, head+n)

@@ -45,8 +45,11 @@ type ServerConfig struct {
 	// Lease is how stale a client's heartbeat may get before the client is
 	// taken for dead (default 2s). A closed connection is death at once.
 	Lease time.Duration
-	// Batch is how many entries are taken at a time (default 64).
-	Batch int
+	// Batch is how many entries are taken at a time (default 64), and
+	// BatchBytes, when not 0, stops a batch at the entry that brings the
+	// bytes its entries name to it (a batch always takes one entry).
+	Batch      int
+	BatchBytes uint64
 	// Inflight is how many batches of one client may be served at once
 	// (default 4), so that a slow entry (a replicated write) does not hold
 	// back the batches behind it. Completions of different batches may
@@ -305,7 +308,7 @@ func (s *Server) serve(ss *Session) {
 		case <-ss.ctx.Done():
 			return
 		}
-		n := ss.ring.Take(b.es)
+		n := ss.ring.Take(b.es, s.cfg.BatchBytes)
 		if n == 0 {
 			free <- b
 			if time.Since(ss.ring.LastBeat()) > s.cfg.Lease {

@@ -187,7 +187,7 @@ func TestRingSPSC(t *testing.T) {
 		es := make([]Entry, 32)
 		cs := make([]Completion, 32)
 		for got := 0; got < n; {
-			k := r.Take(es)
+			k := r.Take(es, 0)
 			for i := 0; i < k; i++ {
 				if es[i].UserData != uint64(got+i) || es[i].Offset != uint64(got+i)*3 {
 					done <- fmt.Errorf("entry %d out of order: %+v", got+i, es[i])
