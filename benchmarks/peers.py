@@ -27,7 +27,10 @@ Systems (how each reads a shuffled epoch of batches):
                     shuffle=True, persistent workers)
 
 Environment: ROUNDS (3), SIZES ("4KiB,128KiB,1MiB"), SYSTEMS (all),
-N_4KiB (50000), N_128KiB (2000), N_1MiB (256), OUT (benchmarks/results).
+N_4KiB (50000), N_128KiB (2000), N_1MiB (256), OUT (benchmarks/results),
+AGENT_PROCESS (when set, the sluice-*-agent systems read through a `sluice
+agent` process of their own, over TCP to the cluster, as on a training host
+with storage elsewhere, instead of `sluice dev`'s agent).
 Writes OUT/peers-DATE.json and OUT/peers-DATE.png (when matplotlib is there).
 """
 import datetime
@@ -340,8 +343,16 @@ def main():
     global AGENT
     dev, env = devcluster.start(os.path.join(tmp, "dev"))
     AGENT = env["SLUICE_AGENT"]
+    agent = None
     results = {}
     try:
+        if os.environ.get("AGENT_PROCESS"):
+            AGENT = os.path.join(tmp, "agent.sock")
+            agent = subprocess.Popen([SLUICE, "agent", "--socket", AGENT], stderr=subprocess.DEVNULL)
+            while not os.path.exists(AGENT):
+                if agent.poll() is not None:
+                    raise SystemExit("sluice agent exited")
+                time.sleep(0.1)
         for size_name in sizes:
             size, batch = SIZES[size_name]
             n = int(os.environ.get("N_" + size_name, COUNTS[size_name]))
@@ -373,6 +384,9 @@ def main():
             results[size_name] = {s: {"median": statistics.median(v), "rounds": v} for s, v in rates.items()}
             epochs.clear()
     finally:
+        if agent:
+            agent.terminate()
+            agent.wait()
         dev.terminate()
         dev.wait()
         shutil.rmtree(tmp, ignore_errors=True)

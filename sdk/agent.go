@@ -94,8 +94,10 @@ func NewAgent(c *Client, cfg AgentConfig) (*Agent, error) {
 // Iov once the batch's reads are done, so it takes batches of 2 MiB at most:
 // the check reads bytes still in cache, and a loader's first samples
 // complete before the rest of what it asked for (a Python loader through
-// `sluice agent`, 2026-12-03: 1.09–1.17× the samples/s of unbounded batches
-// at 1 MiB, 1.03–1.11× at 128 KiB). On an in-process fabric the storage node checks the bytes as it
+// `sluice agent`, 2026-12-03, against unbounded batches: 1.09–1.17× the
+// samples/s at 1 MiB and 1.03–1.11× at 128 KiB with both agents on one
+// cluster, epochs alternating; 1.01–1.02× and 1.07× in separate runs of
+// benchmarks/peers.py with AGENT_PROCESS set). On an in-process fabric the storage node checks the bytes as it
 // copies them, so the agent has no pass to keep in cache and larger
 // batches keep more copies in flight (2 MiB there: 0.88×): no bound.
 func agentBatchBytes(ep fabric.Endpoint) int {
