@@ -97,9 +97,10 @@ func NewAgent(c *Client, cfg AgentConfig) (*Agent, error) {
 // `sluice agent`, 2026-12-03, against unbounded batches: 1.09–1.17× the
 // samples/s at 1 MiB and 1.03–1.11× at 128 KiB with both agents on one
 // cluster, epochs alternating; 1.01–1.02× and 1.07× in separate runs of
-// benchmarks/peers.py with AGENT_PROCESS set). On an in-process fabric the storage node checks the bytes as it
-// copies them, so the agent has no pass to keep in cache and larger
-// batches keep more copies in flight (2 MiB there: 0.88×): no bound.
+// benchmarks/peers.py with AGENT_PROCESS set). On an in-process fabric the
+// storage node checks the bytes as it copies them, so the agent has no pass
+// to keep in cache and larger batches keep more copies in flight (2 MiB
+// there: 0.88×): no bound.
 func agentBatchBytes(ep fabric.Endpoint) int {
 	if _, ok := ep.(fabric.SummingEndpoint); ok {
 		return -1
