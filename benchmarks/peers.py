@@ -30,7 +30,10 @@ Environment: ROUNDS (3), SIZES ("4KiB,128KiB,1MiB"), SYSTEMS (all),
 N_4KiB (50000), N_128KiB (2000), N_1MiB (256), OUT (benchmarks/results),
 AGENT_PROCESS (when set, the sluice-*-agent systems read through a `sluice
 agent` process of their own, over TCP to the cluster, as on a training host
-with storage elsewhere, instead of `sluice dev`'s agent).
+with storage elsewhere, instead of `sluice dev`'s agent), HUGEPAGES (as root:
+reserve this many 2 MiB huge pages for the run, as an operator would for the
+loaders' shared memory, and give the old count back after; the results
+record the pages reserved either way).
 Writes OUT/peers-DATE.json and OUT/peers-DATE.png (when matplotlib is there).
 """
 import datetime
@@ -335,7 +338,28 @@ def chart(results, path):
     print("chart:", path)
 
 
+NR_HUGEPAGES = "/proc/sys/vm/nr_hugepages"
+
+
+def hugepages(n=None):
+    """The 2 MiB huge pages reserved; with n, reserves n first."""
+    try:
+        if n is not None:
+            with open(NR_HUGEPAGES, "w") as f:
+                f.write(str(n))
+        with open(NR_HUGEPAGES) as f:
+            return int(f.read())
+    except OSError as e:
+        if n is not None:
+            raise SystemExit("huge pages: %s (HUGEPAGES needs root)" % e)
+        return 0
+
+
 def main():
+    before_pages = hugepages()
+    if os.environ.get("HUGEPAGES"):
+        hugepages(int(os.environ["HUGEPAGES"]))
+    pages = hugepages()
     sizes = [s for s in os.environ.get("SIZES", ",".join(SIZES)).split(",") if s]
     systems = [s for s in os.environ.get("SYSTEMS", ",".join(SYSTEMS)).split(",") if s]
     out_dir = os.environ.get("OUT", os.path.join(REPO, "benchmarks", "results"))
@@ -390,9 +414,11 @@ def main():
         dev.terminate()
         dev.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+        if os.environ.get("HUGEPAGES"):
+            hugepages(before_pages)
     stamp = datetime.date.today().isoformat()
     os.makedirs(out_dir, exist_ok=True)
-    doc = {"date": stamp, "machine": "%s, %d CPUs" % (platform.machine(), os.cpu_count()), "rounds": ROUNDS,
+    doc = {"date": stamp, "machine": "%s, %d CPUs" % (platform.machine(), os.cpu_count()), "rounds": ROUNDS, "hugepages": pages,
            "counts": {s: int(os.environ.get("N_" + s, COUNTS[s])) for s in sizes},
            "batch": {s: SIZES[s][1] for s in sizes}, "results": results}
     path = os.path.join(out_dir, "peers-%s.json" % stamp)
