@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/sluicefs/sluice/chunkio"
 	"github.com/sluicefs/sluice/fabric/fabrictest"
@@ -253,4 +256,32 @@ func TestReadBatchErrors(t *testing.T) {
 	if !bytes.Equal(buf.B[:5000], data[10:5010]) || !bytes.Equal(buf.B[8000:9000], data[9000:]) {
 		t.Fatal("ReadBatch read wrong bytes")
 	}
+}
+
+// TestBufferAsksForHugePages: a private buffer's mapping carries the
+// kernel's MADV_HUGEPAGE flag ("hg" in /proc/self/smaps), so whoever walks
+// it gets transparent huge pages where the kernel has them.
+func TestBufferAsksForHugePages(t *testing.T) {
+	cl := testClient(t)
+	buf := testBuffer(t, cl, 8<<20)
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Skipf("no /proc/self/smaps here: %v", err)
+	}
+	start := uint64(uintptr(unsafe.Pointer(&buf.B[0])))
+	var inside bool
+	for _, line := range strings.Split(string(smaps), "\n") {
+		var lo, hi uint64
+		if n, _ := fmt.Sscanf(line, "%x-%x ", &lo, &hi); n == 2 {
+			inside = lo <= start && start < hi
+			continue
+		}
+		if inside && strings.HasPrefix(line, "VmFlags:") {
+			if !slices.Contains(strings.Fields(line), "hg") {
+				t.Fatalf("buffer's mapping without MADV_HUGEPAGE: %s", line)
+			}
+			return
+		}
+	}
+	t.Fatal("buffer's mapping not found in /proc/self/smaps")
 }

@@ -357,7 +357,8 @@ type Buffer struct {
 	seg *shmring.Segment // the memfd behind a shared buffer; nil otherwise
 }
 
-// NewBuffer maps and registers n bytes for batched I/O.
+// NewBuffer maps and registers n bytes for batched I/O, on transparent huge
+// pages where the kernel gives them.
 func (c *Client) NewBuffer(n int) (*Buffer, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("new buffer: size %d", n)
@@ -366,6 +367,10 @@ func (c *Client) NewBuffer(n int) (*Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new buffer of %d bytes: %w", n, err)
 	}
+	// Transparent huge pages where the kernel has them on request (their
+	// usual setting): fewer TLB misses for whoever walks the buffer. A
+	// kernel without them says no, and the pages stay small.
+	_ = unix.Madvise(b, unix.MADV_HUGEPAGE)
 	return c.register(b, nil)
 }
 
