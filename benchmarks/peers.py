@@ -360,6 +360,14 @@ def main():
     if os.environ.get("HUGEPAGES"):
         hugepages(int(os.environ["HUGEPAGES"]))
     pages = hugepages()
+    try:
+        run(pages)
+    finally:
+        if os.environ.get("HUGEPAGES"):
+            hugepages(before_pages)
+
+
+def run(pages):
     sizes = [s for s in os.environ.get("SIZES", ",".join(SIZES)).split(",") if s]
     systems = [s for s in os.environ.get("SYSTEMS", ",".join(SYSTEMS)).split(",") if s]
     out_dir = os.environ.get("OUT", os.path.join(REPO, "benchmarks", "results"))
@@ -414,8 +422,6 @@ def main():
         dev.terminate()
         dev.wait()
         shutil.rmtree(tmp, ignore_errors=True)
-        if os.environ.get("HUGEPAGES"):
-            hugepages(before_pages)
     stamp = datetime.date.today().isoformat()
     os.makedirs(out_dir, exist_ok=True)
     doc = {"date": stamp, "machine": "%s, %d CPUs" % (platform.machine(), os.cpu_count()), "rounds": ROUNDS, "hugepages": pages,
