@@ -169,17 +169,12 @@ func (f *File) CheckWrite(off int64, n int) error {
 // within twice its length. The first chunk needs none (see
 // meta.Namespace.PruneClient).
 func (f *File) reserve(ctx context.Context, end uint64) error {
-	f.mu.Lock()
-	have := f.reserved
-	f.mu.Unlock()
-	if end <= have {
+	if end <= f.reservedTo() {
 		return nil
 	}
 	f.reserving.Lock()
 	defer f.reserving.Unlock()
-	f.mu.Lock()
-	have = f.reserved
-	f.mu.Unlock()
+	have := f.reservedTo()
 	if end <= have {
 		return nil // another write reserved it meanwhile
 	}
@@ -198,6 +193,13 @@ func (f *File) reserve(ctx context.Context, end uint64) error {
 	f.reserved = max(f.reserved, want)
 	f.mu.Unlock()
 	return nil
+}
+
+// reservedTo is how far the file's written mark is reserved.
+func (f *File) reservedTo() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reserved
 }
 
 // put stores p at off in the file's chunks (the length is the caller's).

@@ -334,41 +334,26 @@ func (ep *Endpoint) copyOps(ctx context.Context, node fabric.NodeID, verb fabric
 // CRC32C of each op's bytes, taken as they were copied (crc32c.Copy).
 func (ep *Endpoint) WriteBatchSummed(ctx context.Context, ops []fabric.Op) ([]uint32, error) {
 	sums := make([]uint32, len(ops))
-	for i := range ops {
-		if err := fabric.CheckOp(ops[i].Remote, ops[i].Local); err != nil {
-			return nil, fmt.Errorf("op %d: %w", i, err)
-		}
-	}
-	// One peer's ops at a time, in order: a local copy is the CPU's work,
-	// so running peers alongside each other would gain nothing.
-	done := make([]bool, len(ops))
-	for i := range ops {
-		if done[i] {
-			continue
-		}
-		node := ops[i].Remote.Node
-		var idx []int
-		for j := i; j < len(ops); j++ {
-			if !done[j] && ops[j].Remote.Node == node {
-				idx = append(idx, j)
-				done[j] = true
-			}
-		}
-		group, gsums := ops, sums
-		if len(idx) < len(ops) {
-			group, gsums = make([]fabric.Op, len(idx)), make([]uint32, len(idx))
-			for k, j := range idx {
-				group[k] = ops[j]
-			}
+	err := fabric.ForEachNode(ctx, ops, func(ctx context.Context, node fabric.NodeID, group []fabric.Op) error {
+		gsums := sums // the common case: every op for one peer, group is ops
+		if len(group) < len(ops) {
+			gsums = make([]uint32, len(group))
 		}
 		if err := ep.copySummed(ctx, node, fabric.VerbWrite, group, gsums); err != nil {
-			return nil, fmt.Errorf("%v batch of %d with %s: %w", fabric.VerbWrite, len(group), node, err)
+			return fmt.Errorf("%v batch of %d with %s: %w", fabric.VerbWrite, len(group), node, err)
 		}
-		if len(idx) < len(ops) {
-			for k, j := range idx {
-				sums[j] = gsums[k]
+		if len(group) < len(ops) { // ForEachNode keeps each peer's ops in order
+			k := 0
+			for i := range ops {
+				if ops[i].Remote.Node == node {
+					sums[i], k = gsums[k], k+1
+				}
 			}
 		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return sums, nil
 }

@@ -94,12 +94,7 @@ func TestDamageCaughtAtReader(t *testing.T) {
 // metrics, never Checked.
 func TestDamageCaughtAtNodeInProcess(t *testing.T) {
 	dir := t.TempDir()
-	net := local.NewNetwork()
-	ep, err := net.Listen("node-1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ep.Close() })
+	ep, cep := fabrictest.PairOn(func(*testing.T) fabric.Transport { return local.NewNetwork() }, "node-1")(t)
 	r := &routing.Routing{Version: 1, Chains: map[routing.ChainID]routing.Chain{testChain: {ID: testChain, Version: 1, Targets: []routing.TargetID{1}}},
 		Targets: map[routing.TargetID]routing.Target{1: {ID: 1, Node: ep.ID(), State: routing.Serving}}}
 	rt := routing.NewStaticRouting(r)
@@ -109,11 +104,6 @@ func TestDamageCaughtAtNodeInProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close() })
-	cep, err := net.Dialer("client")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cep.Close() })
 	buf := make([]byte, 256<<10)
 	mr, err := cep.RegisterMemory(buf, fabric.AccessRemoteReadWrite)
 	if err != nil {

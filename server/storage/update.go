@@ -30,6 +30,7 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 	if err != nil {
 		return nil, err
 	}
+	keep := hopsAfter(chain, routing.TargetID(req.Target), n.cfg.Buffers)
 	if req.UpdateVer == 0 {
 		if chain.Targets[0] != routing.TargetID(req.Target) {
 			return nil, fmt.Errorf("chain %d: target %d: %w", req.Chain, req.Target, chunkio.ErrNotHead)
@@ -39,10 +40,10 @@ func (n *Node) update(ctx context.Context, peer fabric.NodeID, req *storagepb.Up
 		}
 		// A client's retry of an update already done gets the same answer.
 		return n.seen.do(dedupeKey{req.Client, req.Seq}, func() (*storagepb.UpdateReply, error) {
-			return n.apply(ctx, req, hopsAfter(chain, routing.TargetID(req.Target), n.cfg.Buffers))
+			return n.apply(ctx, req, keep)
 		})
 	}
-	return n.apply(ctx, req, hopsAfter(chain, routing.TargetID(req.Target), n.cfg.Buffers))
+	return n.apply(ctx, req, keep)
 }
 
 // apply pulls the update's bytes, stores them as a pending version,
