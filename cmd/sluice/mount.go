@@ -82,6 +82,7 @@ fusermount3 (package fuse3).`,
 	cmd.Flags().DurationVar(&cfg.OpTimeout, "timeout", time.Minute, "limit on each request to the cluster (then EIO)")
 	cmd.Flags().StringVar(&agentCfg.Path, "agent-socket", filepath.Join(os.TempDir(), "sluice-agent.sock"), "unix socket of the local agent for shared-memory rings (empty: no agent)")
 	cmd.Flags().IntVar(&cfg.Readahead, "readahead", 16<<20, "bytes read ahead of a sequential reader")
+	cmd.Flags().Int64Var(&cfg.Cache, "cache", 1<<30, "bytes of open files kept in memory for readers that come back to them, O_DIRECT ones too (negative: none)")
 	cmd.Flags().Int64Var(&cfg.WriteBehind, "write-behind", 64<<20, "bytes written to the mount that may still be on their way to storage (close and fsync wait for them); negative: every write waits")
 	return cmd
 }

@@ -166,7 +166,11 @@ func writeFile(b *testing.B, p string, block []byte, size int64) {
 // BenchmarkRandomRead4K: 4 KiB reads at random aligned offsets of the
 // file, one at a time, through the mount with O_DIRECT (so that every read
 // reaches Sluice, not the kernel's page cache) and through the SDK's
-// ReadAt. One iteration is 1000 reads of each.
+// ReadAt. One iteration is 1000 reads of each. The mount's block cache
+// (cache.go) keeps the blocks the reader comes back to, fetched in the
+// background; the SDK reads every one from storage. Readers at once are
+// measured by benchmarks/randread.py with fio, in processes of their own
+// (here they would share the mount's Go scheduler).
 func BenchmarkRandomRead4K(b *testing.B) {
 	mt := mount(b, 1<<20)
 	size := benchSize(b)

@@ -10,6 +10,8 @@
 // in the SDK and the metadata service. What it keeps itself is what only a
 // mount has: the open-file table (one SDK file per inode, shared by the
 // kernel's handles on it), sequential readahead into registered memory,
+// a block cache for readers that come back to what they read, O_DIRECT
+// ones too (cache.go: bounded, dropped at every open of the file),
 // write-behind (writeback.go: writes return once the mount holds the
 // bytes; close, fsync and reads wait for them),
 // directory listings between opendir and releasedir, directories listed in
@@ -22,8 +24,9 @@
 // option), against the mode, owner and group the metadata service keeps,
 // exactly as for a local file system.
 //
-// It must never hold file data past a request except in readahead windows,
-// which a write to the file discards, and write-behind buffers, bounded by
+// It must never hold file data past a request except in readahead windows
+// and cached blocks, which a write to the file and every open of it
+// discard (close-to-open), and write-behind buffers, bounded by
 // the mount's budget and drained by every request that must see the bytes;
 // and it must never decide POSIX semantics
 // on its own. The node-local agent serving shmring clients (the USRBIO path)

@@ -103,6 +103,7 @@ func (of *openFile) ensure(ctx context.Context, fs *FS, write bool) error {
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if of.f != nil && (!write || of.writer) {
+		of.ra.invalidate() // close-to-open
 		return nil
 	}
 	f, err := fs.c.OpenAt(ctx, of.ino, "", write)
@@ -120,7 +121,7 @@ func (of *openFile) ensure(ctx context.Context, fs *FS, write bool) error {
 // set makes f, open for writing if write, the open file's SDK file.
 func (of *openFile) set(fs *FS, f *sdk.File, write bool) {
 	of.f, of.writer, of.op = f, write, fs.op
-	of.ra = newReadahead(fs.c, f, fs.cfg.Readahead, &fs.stats)
+	of.ra = newReadahead(fs.c, f, fs.cfg.Readahead, fs.cache, &fs.stats)
 	if write && fs.behind != nil {
 		of.wb = newWriteBehind(fs.behind, f.Inode().ChunkSize(), of.ra.invalidate)
 	}

@@ -41,6 +41,10 @@ type Config struct {
 	// holds the bytes, and close, fsync and reads wait for them
 	// (writeback.go). Negative: every write waits for its chain.
 	WriteBehind int64
+	// Cache is how many bytes of the files open in this mount it keeps
+	// for readers that come back to them, O_DIRECT ones too (1 GiB,
+	// mapped once a reader first comes back; cache.go). Negative: none.
+	Cache int64
 	// AllowOther lets users other than the mounting one in (permission
 	// checks still apply).
 	AllowOther bool
@@ -63,6 +67,9 @@ func (c *Config) defaults() {
 	if c.KernelReadahead <= 0 {
 		c.KernelReadahead = 8 << 20
 	}
+	if c.Cache == 0 {
+		c.Cache = 1 << 30
+	}
 	if c.WriteBehind == 0 {
 		c.WriteBehind = 64 << 20
 	}
@@ -81,7 +88,8 @@ type FS struct {
 	log *slog.Logger
 
 	stats  Stats
-	behind *budget // write-behind's bytes, nil when writes go through
+	behind *budget     // write-behind's bytes, nil when writes go through
+	cache  *blockCache // nil: none
 
 	mu     sync.Mutex
 	open   map[uint64]*openFile // by inode
@@ -104,12 +112,13 @@ func NewFS(c *sdk.Client, cfg Config) *FS {
 	if cfg.WriteBehind > 0 {
 		fs.behind = newBudget(cfg.WriteBehind)
 	}
+	fs.cache = newBlockCache(c, cfg.Cache, &fs.stats)
 	return fs
 }
 
 func (fs *FS) String() string { return "sluice" }
 
-// Stats counts what the readahead did, since the mount began.
+// Stats counts what the mount's readahead and caches did, since it began.
 type Stats struct {
 	Windows        atomic.Int64 // windows fetched, each in one batched read
 	ReadaheadBytes atomic.Int64 // bytes the kernel got out of windows
@@ -119,6 +128,9 @@ type Stats struct {
 	// NamesRemembered counts lookups answered from directories listed in
 	// bulk (names.go); Listings the listings taken for them.
 	NamesRemembered, Listings atomic.Int64
+	// CacheFetches counts blocks the block cache fetched (cache.go),
+	// CacheHits the reads it answered from memory.
+	CacheFetches, CacheHits atomic.Int64
 }
 
 // Stats is the mount's counters.

@@ -52,6 +52,7 @@ func New(c *sdk.Client, dir string, cfg Config) (*Mount, error) {
 	go func() {
 		defer close(m.done)
 		srv.Serve()
+		fs.cache.close() // no request is being served any more
 	}()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicefs/sluice/sdk"
@@ -17,7 +18,8 @@ import (
 // chunk of the window, one call per storage node, the nodes pushing in
 // parallel). Since windows are aligned, the kernel's requests may arrive
 // in any order and still find theirs. Reads that are not sequential go
-// straight to the file, so random readers pay nothing for it.
+// to the mount's block cache (cache.go), or straight to the file without
+// one, so random readers pay nothing for the windows.
 //
 // "Sequential" means: within slack of where the last read ended, three
 // times in a row (the kernel's own readahead keeps several requests in
@@ -27,8 +29,10 @@ type readahead struct {
 	c     *sdk.Client
 	stats *Stats
 	f     *sdk.File
-	width int64 // W
-	ahead int   // windows kept: the one being read and ahead-1 after it
+	cache *blockCache // nil: none
+	id    uint64      // this opening's, in the cache
+	width int64       // W
+	ahead int         // windows kept: the one being read and ahead-1 after it
 
 	ctx    context.Context // ends fetches at close
 	cancel context.CancelFunc
@@ -59,10 +63,13 @@ const windowsAhead = 4
 // slack: see readahead.
 const slack = 16 << 20
 
-func newReadahead(c *sdk.Client, f *sdk.File, budget int, stats *Stats) *readahead {
+// openings numbers the readaheads, for the cache's keys.
+var openings atomic.Uint64
+
+func newReadahead(c *sdk.Client, f *sdk.File, budget int, cache *blockCache, stats *Stats) *readahead {
 	ctx, cancel := context.WithCancel(context.Background())
 	width := max(int64(budget/windowsAhead), 1<<20)
-	return &readahead{c: c, f: f, stats: stats, width: width, ahead: windowsAhead, ctx: ctx, cancel: cancel}
+	return &readahead{c: c, f: f, cache: cache, id: openings.Add(1), stats: stats, width: width, ahead: windowsAhead, ctx: ctx, cancel: cancel}
 }
 
 // read reads p at off: io.EOF past the file's end.
@@ -81,7 +88,11 @@ func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error)
 		ra.streak, ra.lastEnd = 0, end
 	}
 	if ra.streak < 3 {
+		gen := ra.gen
 		ra.mu.Unlock()
+		if ra.cache != nil {
+			return ra.cache.read(ra, p, off, size, gen)
+		}
 		return ra.f.ReadAt(p, off)
 	}
 	first, last := off/ra.width, (end-1)/ra.width
@@ -171,19 +182,28 @@ func (ra *readahead) schedule(first, size int64) error {
 			return nil // all busy: later reads schedule it
 		}
 		*w = window{buf: w.buf, idx: i, n: int(min(ra.width, size-i*ra.width)), gen: ra.gen, done: make(chan struct{}), valid: true}
-		ra.wg.Add(1)
-		go func() {
-			defer ra.wg.Done()
-			ctx, cancel := context.WithTimeout(ra.ctx, time.Minute)
-			defer cancel()
+		ra.background(func(ctx context.Context) {
 			// Only w.err and w.buf change here, before done closes; the
 			// rest is read under ra.mu.
 			w.err = ra.c.ReadBatch(ctx, []sdk.ReadOp{{File: ra.f, Off: w.idx * ra.width, N: w.n, Buf: w.buf}})
 			ra.stats.Windows.Add(1)
 			close(w.done)
-		}()
+		})
 	}
 	return nil
+}
+
+// background runs fetch, a read ahead of the readers, on its own: close
+// ends its context and waits for it. Called from reads only, which never
+// overlap close.
+func (ra *readahead) background(fetch func(ctx context.Context)) {
+	ra.wg.Add(1)
+	go func() {
+		defer ra.wg.Done()
+		ctx, cancel := context.WithTimeout(ra.ctx, time.Minute)
+		defer cancel()
+		fetch(ctx)
+	}()
 }
 
 // free returns a window that may be refilled: not pinned, its fetch over,
@@ -212,18 +232,26 @@ func (w *window) wait(ctx context.Context) error {
 	}
 }
 
-// invalidate makes every window stale: the file changed.
+// invalidate makes every window and cached block stale: the file changed
+// through the mount, or was opened again (an open sees what other clients
+// wrote before it: close-to-open).
 func (ra *readahead) invalidate() {
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	ra.gen++
 	ra.streak = 0
+	if ra.cache != nil {
+		ra.cache.drop(ra.id)
+	}
 }
 
 // close stops the fetches and frees the windows.
 func (ra *readahead) close() {
 	ra.cancel()
 	ra.wg.Wait()
+	if ra.cache != nil {
+		ra.cache.drop(ra.id)
+	}
 	for _, w := range ra.wins {
 		w.buf.Release()
 	}
