@@ -40,6 +40,7 @@ type blockCache struct {
 
 	mu       sync.Mutex
 	region   *sdk.Buffer // slots*cacheBlock bytes, nil until the first admission
+	unmapped bool        // the region could not be had: the cache is off
 	free     []int       // slots not in use
 	blocks   map[blockKey]*cached
 	lru      list.List // of *cached, most recently used first
@@ -181,9 +182,13 @@ func (bc *blockCache) take(key blockKey, gen uint64, size int64) (b *cached, fet
 // reader holds; false when every block is held.
 func (bc *blockCache) slot() (int, bool) {
 	if bc.region == nil {
+		if bc.unmapped {
+			return 0, false
+		}
 		region, err := bc.c.NewBuffer(bc.slots * cacheBlock)
 		if err != nil {
-			return 0, false // no memory for it: read directly
+			bc.unmapped = true // no memory for it: reads go to the file
+			return 0, false
 		}
 		bc.region = region
 		for i := bc.slots - 1; i >= 0; i-- {
