@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicefs/sluice/sdk"
@@ -54,7 +55,10 @@ fusermount3 (package fuse3).`,
 				defer a.Close()
 			}
 			// Ready while mounted: the mount serves until it ends.
-			hs, err := hf.serve(cmd, cf.tokenOrEnv(), httpSources{metrics: c.Metrics().Gatherer()})
+			// /metrics: the client's and the mount's own.
+			mountReg := prometheus.NewRegistry()
+			mountReg.MustRegister(m.FS.Collectors()...)
+			hs, err := hf.serve(cmd, cf.tokenOrEnv(), httpSources{metrics: prometheus.Gatherers{c.Metrics().Gatherer(), mountReg}})
 			if err != nil {
 				m.Close()
 				return err

@@ -31,7 +31,7 @@ func mounted(t *testing.T, dir string) bool {
 // TestMountCommand: `sluice mount` serves the cluster at the mount point
 // (what cp writes there the SDK reads) and unmounts on SIGTERM and on
 // SIGINT, lazily when a file is still open there. Its client's metrics on
-// --http count what went through the mount.
+// --http count what went through the mount, beside the mount's own.
 func TestMountCommand(t *testing.T) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		t.Skip("no /dev/fuse on this machine")
@@ -52,7 +52,7 @@ func TestMountCommand(t *testing.T) {
 		dir := t.TempDir()
 		sock := filepath.Join(t.TempDir(), "agent.sock")
 		httpAddr := testproc.FreeAddr(t)
-		proc := startProc(t, "mounted", "mount", "--cluster", c.Addr, "--token", c.Token, "--agent-socket", sock, "--http", httpAddr, dir)
+		proc := startProc(t, "mounted", "mount", "--cluster", c.Addr, "--token", c.Token, "--agent-socket", sock, "--http", httpAddr, "--cache", "8388608", dir)
 		if !mounted(t, dir) {
 			t.Fatalf("%s is not a mount point", dir)
 		}
@@ -76,8 +76,12 @@ func TestMountCommand(t *testing.T) {
 		if string(b[:n]) != "through the mount" {
 			t.Fatalf("the SDK reads %q", b[:n])
 		}
-		if w := sumOf(scrapeOK(t, httpAddr, ""), "sluice_client_write_bytes_total"); w < float64(len("through the mount")) {
+		mfs := scrapeOK(t, httpAddr, "")
+		if w := sumOf(mfs, "sluice_client_write_bytes_total"); w < float64(len("through the mount")) {
 			t.Errorf("the mount's client wrote %v bytes by its metrics, after a write of %d", w, len("through the mount"))
+		}
+		if l := sumOf(mfs, "sluice_mount_cache_limit_bytes"); l != 8<<20 {
+			t.Errorf("the mount's cache limit is %v by its metrics, after --cache 8388608", l)
 		}
 		if i == 0 { // the mount process is the local agent too
 			ac, err := sdk.DialAgent(sock, 32<<20, 64, false)

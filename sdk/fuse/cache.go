@@ -287,3 +287,22 @@ func direct(f *sdk.File, p []byte, off int64) error {
 	}
 	return nil
 }
+
+// held is how many bytes of blocks the cache holds, fetched or being
+// fetched.
+func (bc *blockCache) held() int64 {
+	if bc == nil {
+		return 0
+	}
+	bc.mu.Lock()
+	defer bc.mu.Unlock()
+	return int64(len(bc.blocks)) * cacheBlock
+}
+
+// limit is the most it holds.
+func (bc *blockCache) limit() int64 {
+	if bc == nil {
+		return 0
+	}
+	return int64(bc.slots) * cacheBlock
+}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicefs/sluice/fabric/fabrictest"
 )
 
@@ -88,6 +90,19 @@ func TestBlockCache(t *testing.T) {
 	fetches, hits := st.CacheFetches.Load(), st.CacheHits.Load()
 	if fetches < 1 || fetches > 8 || hits < 500 {
 		t.Fatalf("3 passes of 200 reads over 8 blocks: %d blocks fetched, %d reads from the cache", fetches, hits)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(mt.m.FS.Collectors()...)
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		m := mf.GetMetric()[0]
+		got[mf.GetName()] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	if got["sluice_mount_cache_fetches_total"] != float64(fetches) || got["sluice_mount_cache_hits_total"] != float64(hits) ||
+		got["sluice_mount_cache_bytes"] != float64(fetches*cacheBlock) || got["sluice_mount_cache_limit_bytes"] != 1<<30 {
+		t.Fatalf("the mount's metrics %v, after %d fetches and %d hits", got, fetches, hits)
 	}
 
 	// A write through the mount, over a cached block: the next read sees it.
