@@ -3,7 +3,6 @@ package fuse
 import (
 	"container/list"
 	"context"
-	"io"
 	"sync"
 
 	"github.com/sluicefs/sluice/sdk"
@@ -73,7 +72,7 @@ type cached struct {
 	slot  int    // where in the region it lives
 	n     int    // bytes of the file in it
 	ready bool   // fetched
-	pins  int    // readers copying out of it, or its fetch
+	pins  int    // replies pointing into it, or its fetch
 	gone  bool   // forgotten while pinned: the last unpin frees its slot
 	elem  *list.Element
 }
@@ -88,38 +87,41 @@ func newBlockCache(c *sdk.Client, limit int64, stats *Stats) *blockCache {
 		ghosts: map[blockKey]struct{}{}, ring: make([]blockKey, 0, slots*ghostsPerSlot), files: map[uint64]int{}}
 }
 
-// read reads p at off from the file ra reads, size long, through the
-// cache; gen is the file's generation the read was made in.
-func (bc *blockCache) read(ra *readahead, p []byte, off, size int64, gen uint64) (int, error) {
+// read answers r's read of p at off from the file ra reads, size long,
+// through the cache; gen is the file's generation the read was made in.
+func (bc *blockCache) read(ra *readahead, r *reply, p []byte, off, size int64, gen uint64) error {
 	end := off + int64(len(p))
 	for pos := off; pos < end; {
 		idx := pos / cacheBlock
 		stop := min(end, (idx+1)*cacheBlock)
-		if err := bc.readBlock(ra, p[pos-off:stop-off], pos, size, blockKey{ra.id, idx}, gen); err != nil {
-			return int(pos - off), err
+		if err := bc.readBlock(ra, r, p[pos-off:stop-off], pos, size, blockKey{ra.id, idx}, gen); err != nil {
+			return err
 		}
 		pos = stop
 	}
-	return len(p), nil
+	return nil
 }
 
-// readBlock reads p at off, all inside block key.
-func (bc *blockCache) readBlock(ra *readahead, p []byte, off, size int64, key blockKey, gen uint64) error {
+// readBlock answers r's read of p at off, all inside block key: a view of
+// the block, pinned by r, or p read from the file.
+func (bc *blockCache) readBlock(ra *readahead, r *reply, p []byte, off, size int64, key blockKey, gen uint64) error {
 	b, fetch := bc.take(key, gen, size)
 	if fetch {
 		bc.stats.CacheFetches.Add(1)
 		bc.fetch(ra, b)
-		return direct(ra.f, p, off)
+		return r.direct(p, off)
 	}
 	if b == nil {
-		return direct(ra.f, p, off)
+		return r.direct(p, off)
 	}
-	defer bc.unpin(b)
 	from := off - key.idx*cacheBlock
 	if from+int64(len(p)) > int64(b.n) {
-		return direct(ra.f, p, off) // the file grew past the block's bytes
+		bc.unpin(b)
+		return r.direct(p, off) // the file grew past the block's bytes
 	}
-	copy(p, bc.region.B[b.slot*cacheBlock+int(from):])
+	at := b.slot*cacheBlock + int(from)
+	r.add(bc.region.B[at : at+len(p)])
+	r.blocks = append(r.blocks, b)
 	bc.stats.CacheHits.Add(1)
 	return nil
 }
@@ -278,14 +280,6 @@ func (bc *blockCache) close() {
 	}
 	bc.blocks, bc.free = map[blockKey]*cached{}, nil
 	bc.lru.Init()
-}
-
-// direct reads p at off from f, the bytes past its end left alone.
-func direct(f *sdk.File, p []byte, off int64) error {
-	if _, err := f.ReadAt(p, off); err != nil && err != io.EOF {
-		return err
-	}
-	return nil
 }
 
 // held is how many bytes of blocks the cache holds, fetched or being

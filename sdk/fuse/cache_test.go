@@ -9,11 +9,13 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/server/cluster"
 )
 
 // aligned is n bytes at a 4 KiB-aligned address, as O_DIRECT wants.
@@ -188,4 +190,52 @@ func TestNoBlockCache(t *testing.T) {
 	if st := off.m.FS.Stats(); st.CacheFetches.Load() != 0 || st.CacheHits.Load() != 0 {
 		t.Fatalf("no cache, yet %d fetches and %d hits", st.CacheFetches.Load(), st.CacheHits.Load())
 	}
+}
+
+// TestReplyHoldsWindow: a reply to the kernel points into a readahead
+// window rather than copying it, so the window stays pinned until the
+// reply is written: closing the file's readahead waits for it, and the
+// reply's bytes are the file's all along.
+func TestReplyHoldsWindow(t *testing.T) {
+	ctx := context.Background()
+	data := fabrictest.RandBytes(35, 4<<20)
+	cl, in := clusterFile(t, cluster.Config{Targets: 1}, data)
+	fs := NewFS(cl, Config{})
+	_, of, err := fs.acquire(ctx, in.Ino(), false)
+	must(t, err)
+	defer fs.drop(of)
+	p := make([]byte, 64<<10)
+	var r *reply
+	for off := int64(0); off < 8*64<<10; off += 64 << 10 { // sequential: windows from the fourth read
+		if r != nil {
+			r.Done()
+		}
+		if r, err = of.reply(ctx, p, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(r.wins) == 0 || &r.pieces[0][0] == &p[0] {
+		t.Fatalf("the eighth sequential read was copied, not served from a window (%d windows pinned)", len(r.wins))
+	}
+	closed := make(chan struct{})
+	go func() {
+		of.ra.close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+		t.Fatal("the readahead closed while a reply pointed into its window")
+	case <-time.After(100 * time.Millisecond):
+	}
+	got := make([]byte, len(p))
+	if n := r.copyTo(got); n != len(p) || !bytes.Equal(got, data[7*64<<10:8*64<<10]) {
+		t.Fatalf("the reply held %d bytes, equal=%v", n, bytes.Equal(got, data[7*64<<10:8*64<<10]))
+	}
+	r.Done()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the readahead did not close once the reply was done")
+	}
+	of.ra = newReadahead(cl, of.f, fs.cfg.Readahead, nil, &fs.stats) // for drop's close
 }

@@ -250,11 +250,15 @@ func (fs *FS) Read(cancel <-chan struct{}, in *gofuse.ReadIn, buf []byte) (gofus
 	}
 	ctx, done := fs.op()
 	defer done()
-	n, err := h.of.read(ctx, buf[:min(len(buf), int(in.Size))], int64(in.Offset))
+	r, err := h.of.reply(ctx, buf[:min(len(buf), int(in.Size))], int64(in.Offset))
 	if err != nil {
 		return nil, fs.errno("read", in.NodeId, err)
 	}
-	return gofuse.ReadResultData(buf[:n]), gofuse.OK
+	if r.Size() == 0 {
+		r.Done() // go-fuse writes an empty reply without it
+		return gofuse.ReadResultData(nil), gofuse.OK
+	}
+	return r, gofuse.OK
 }
 
 func (fs *FS) Write(cancel <-chan struct{}, in *gofuse.WriteIn, data []byte) (uint32, gofuse.Status) {
@@ -336,17 +340,32 @@ func (of *openFile) settle() error {
 	return nil
 }
 
+// read reads p at off into p.
 func (of *openFile) read(ctx context.Context, p []byte, off int64) (int, error) {
+	r, err := of.reply(ctx, p, off)
+	if err != nil {
+		return 0, err
+	}
+	n := r.copyTo(p)
+	r.Done()
+	return n, nil
+}
+
+// reply answers a read of p at off (readahead.reply): empty past the end.
+func (of *openFile) reply(ctx context.Context, p []byte, off int64) (*reply, error) {
 	of.mu.RLock()
 	defer of.mu.RUnlock()
 	if err := of.settle(); err != nil {
-		return 0, err
+		return nil, err
 	}
-	n, err := of.ra.read(ctx, p, off)
+	r, err := of.ra.reply(ctx, p, off)
 	if errors.Is(err, io.EOF) {
 		err = nil
 	}
-	return n, err
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
 }
 
 // write writes p at off. The readahead's windows are made stale when the

@@ -38,11 +38,12 @@ type readahead struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	mu      sync.Mutex
-	wins    []*window // allocated at the first sequential read
-	lastEnd int64
-	streak  int
-	gen     uint64 // bumped by writes: windows of older generations are stale
+	mu       sync.Mutex
+	unpinned sync.Cond // on mu: a reply let its windows go
+	wins     []*window // allocated at the first sequential read
+	lastEnd  int64
+	streak   int
+	gen      uint64 // bumped by writes: windows of older generations are stale
 }
 
 type window struct {
@@ -52,7 +53,7 @@ type window struct {
 	gen   uint64
 	done  chan struct{} // closed when the fetch ends; err is set then
 	err   error
-	pins  int // readers copying out of it
+	pins  int // replies pointing into it
 	valid bool
 }
 
@@ -69,14 +70,27 @@ var openings atomic.Uint64
 func newReadahead(c *sdk.Client, f *sdk.File, budget int, cache *blockCache, stats *Stats) *readahead {
 	ctx, cancel := context.WithCancel(context.Background())
 	width := max(int64(budget/windowsAhead), 1<<20)
-	return &readahead{c: c, f: f, cache: cache, id: openings.Add(1), stats: stats, width: width, ahead: windowsAhead, ctx: ctx, cancel: cancel}
+	ra := &readahead{c: c, f: f, cache: cache, id: openings.Add(1), stats: stats, width: width, ahead: windowsAhead, ctx: ctx, cancel: cancel}
+	ra.unpinned.L = &ra.mu
+	return ra
 }
 
-// read reads p at off: io.EOF past the file's end.
+// read reads p at off into p: io.EOF past the file's end.
 func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error) {
+	r, err := ra.reply(ctx, p, off)
+	n := r.copyTo(p)
+	r.Done()
+	return n, err
+}
+
+// reply answers a read of len(p) bytes at off: pieces of p, read into it,
+// and views of windows and cached blocks, pinned until the reply's Done;
+// io.EOF past the file's end. On an error nothing stays pinned.
+func (ra *readahead) reply(ctx context.Context, p []byte, off int64) (*reply, error) {
+	r := &reply{ra: ra}
 	size := ra.f.Size()
 	if off >= size {
-		return 0, io.EOF
+		return r, io.EOF
 	}
 	p = p[:min(int64(len(p)), size-off)]
 	end := off + int64(len(p))
@@ -90,15 +104,18 @@ func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error)
 	if ra.streak < 3 {
 		gen := ra.gen
 		ra.mu.Unlock()
+		var err error
 		if ra.cache != nil {
-			return ra.cache.read(ra, p, off, size, gen)
+			err = ra.cache.read(ra, r, p, off, size, gen)
+		} else {
+			err = r.direct(p, off)
 		}
-		return ra.f.ReadAt(p, off)
+		return r.unlessFailed(err)
 	}
 	first, last := off/ra.width, (end-1)/ra.width
 	if err := ra.schedule(first, size); err != nil {
 		ra.mu.Unlock()
-		return 0, err
+		return r, err
 	}
 	var pinned []*window
 	for i := first; i <= last; i++ {
@@ -108,13 +125,7 @@ func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error)
 		}
 	}
 	ra.mu.Unlock()
-	defer func() {
-		ra.mu.Lock()
-		for _, w := range pinned {
-			w.pins--
-		}
-		ra.mu.Unlock()
-	}()
+	r.wins = pinned // unpinned by Done, whether they serve or not
 	for pos := off; pos < end; {
 		stop := min(end, (pos/ra.width+1)*ra.width)
 		var w *window
@@ -126,16 +137,16 @@ func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error)
 		if w == nil || w.wait(ctx) != nil || stop-w.idx*ra.width > int64(w.n) {
 			// No window to spare, its fetch failed, or the file grew
 			// past it: read directly.
-			if _, err := ra.f.ReadAt(p[pos-off:stop-off], pos); err != nil && err != io.EOF {
-				return int(pos - off), err
+			if err := r.direct(p[pos-off:stop-off], pos); err != nil {
+				return r.unlessFailed(err)
 			}
 		} else {
-			copy(p[pos-off:stop-off], w.buf.B[pos-w.idx*ra.width:])
+			r.add(w.buf.B[pos-w.idx*ra.width : stop-w.idx*ra.width])
 			ra.stats.ReadaheadBytes.Add(stop - pos)
 		}
 		pos = stop
 	}
-	return len(p), nil
+	return r, nil
 }
 
 // find returns the current window i, fetched or in flight (not failed).
@@ -245,14 +256,30 @@ func (ra *readahead) invalidate() {
 	}
 }
 
-// close stops the fetches and frees the windows.
+// close stops the fetches and frees the windows, once no reply to the
+// kernel still points into them.
 func (ra *readahead) close() {
 	ra.cancel()
 	ra.wg.Wait()
 	if ra.cache != nil {
 		ra.cache.drop(ra.id)
 	}
+	ra.mu.Lock()
+	for ra.pinned() {
+		ra.unpinned.Wait()
+	}
+	ra.mu.Unlock()
 	for _, w := range ra.wins {
 		w.buf.Release()
 	}
+}
+
+// pinned reports whether a reply holds a window (ra.mu held).
+func (ra *readahead) pinned() bool {
+	for _, w := range ra.wins {
+		if w.pins > 0 {
+			return true
+		}
+	}
+	return false
 }

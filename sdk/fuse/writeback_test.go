@@ -121,16 +121,7 @@ func TestBudget(t *testing.T) {
 // goroutine, with no mount.)
 func TestWindowFetchedBeforeWriteLands(t *testing.T) {
 	ctx := context.Background()
-	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), Targets: 3, ChunkSize: 64 << 10})
-	must(t, err)
-	defer c.Close()
-	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token})
-	must(t, err)
-	defer cl.Close()
-	old := fabrictest.RandBytes(34, 256<<10)
-	must(t, cl.WriteFile(ctx, "/f", old))
-	in, err := cl.Stat(ctx, "/f")
-	must(t, err)
+	cl, in := clusterFile(t, cluster.Config{Targets: 3, ChunkSize: 64 << 10}, fabrictest.RandBytes(34, 256<<10))
 
 	fs := NewFS(cl, Config{WriteBehind: 8 << 20})
 	_, of, err := fs.acquire(ctx, in.Ino(), true)
@@ -160,4 +151,23 @@ func TestWindowFetchedBeforeWriteLands(t *testing.T) {
 	if !bytes.Equal(got, fresh) {
 		t.Fatalf("read after the write: the window's old bytes (first %#x), want %#x", got[0], fresh[0])
 	}
+}
+
+// clusterFile starts a cluster with cfg (its Dir a temporary one), writes
+// data to a file there through a client, and returns the client and the
+// file, for tests that drive the mount's FS without mounting it.
+func clusterFile(t *testing.T, cfg cluster.Config, data []byte) (*sdk.Client, *sdk.FileInfo) {
+	t.Helper()
+	ctx := context.Background()
+	cfg.Dir = t.TempDir()
+	c, err := cluster.Start(ctx, cfg)
+	must(t, err)
+	t.Cleanup(func() { c.Close() })
+	cl, err := sdk.Connect(ctx, sdk.Config{Cluster: c.Addr, Token: c.Token})
+	must(t, err)
+	t.Cleanup(func() { cl.Close() })
+	must(t, cl.WriteFile(ctx, "/f", data))
+	in, err := cl.Stat(ctx, "/f")
+	must(t, err)
+	return cl, in
 }
