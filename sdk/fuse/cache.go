@@ -27,8 +27,9 @@ import (
 // What it holds is never older than the latest open: blocks belong to one
 // opening of a file in this mount (its readahead), go with it at the last
 // close and are forgotten at every open of the file, so an open reads
-// what other clients wrote before it from storage (close-to-open, as the
-// kernel's page cache for this mount, which it drops at every open).
+// what other clients wrote before it from storage (close-to-open; the
+// kernel's page cache for this mount is kept at an open only when the file
+// is unchanged since the previous one, pages.go).
 // Writes, truncation and allocation through the mount make the file's
 // blocks stale (its readahead's generation), and a fetch that raced with
 // one is never served to a reader that came after.

@@ -3,6 +3,7 @@ package fuse
 import (
 	"bytes"
 	"context"
+	"errors"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicefs/sluice/fabric/fabrictest"
+	"github.com/sluicefs/sluice/sdk"
 	"github.com/sluicefs/sluice/server/cluster"
 )
 
@@ -201,7 +203,7 @@ func TestReplyHoldsWindow(t *testing.T) {
 	data := fabrictest.RandBytes(35, 4<<20)
 	cl, in := clusterFile(t, cluster.Config{Targets: 1}, data)
 	fs := NewFS(cl, Config{})
-	_, of, err := fs.acquire(ctx, in.Ino(), false)
+	_, of, _, err := fs.acquire(ctx, in.Ino(), false)
 	must(t, err)
 	defer fs.drop(of)
 	p := make([]byte, 64<<10)
@@ -238,4 +240,83 @@ func TestReplyHoldsWindow(t *testing.T) {
 		t.Fatal("the readahead did not close once the reply was done")
 	}
 	of.ra = newReadahead(cl, of.f, fs.cfg.Readahead, nil, &fs.stats) // for drop's close
+}
+
+// TestKeepPages: a file read twice through the mount with nobody changing
+// it in between is read from storage once (the kernel keeps its pages at
+// the second open); a change by another client, in place and of the same
+// length, is seen at the next open, and so is a write through the mount.
+func TestKeepPages(t *testing.T) {
+	mt := mount(t, 1<<20)
+	data := fabrictest.RandBytes(36, 3<<20)
+	sdkWrite := func(b []byte) {
+		f, err := mt.cl.OpenFile(context.Background(), "/k", true)
+		if errors.Is(err, sdk.ErrNotExist) {
+			f, err = mt.cl.Create(context.Background(), "/k")
+		}
+		must(t, err)
+		_, err = f.WriteAt(b, 0)
+		must(t, err)
+		must(t, f.Close())
+	}
+	sdkWrite(data)
+	p := filepath.Join(mt.dir, "k")
+	readBytes := func() float64 {
+		snap, err := mt.cl.Metrics().Snapshot()
+		must(t, err)
+		return snap["sluice_client_read_bytes_total"]
+	}
+	readAs := func(want []byte, what string) {
+		t.Helper()
+		got, err := os.ReadFile(p)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: %d bytes, %v, equal=%v", what, len(got), err, bytes.Equal(got, want))
+		}
+	}
+	in, err := mt.cl.Stat(context.Background(), "/k")
+	must(t, err)
+	// settled waits for the mount to close the file after a close(2) (the
+	// kernel's release comes after it, and the SDK file's close, which
+	// sets the file's times once more, after that): until the mount has
+	// it open no more and its times hold still for 200 ms.
+	settled := func() {
+		t.Helper()
+		var last time.Time
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			st, err := mt.cl.Stat(context.Background(), "/k")
+			must(t, err)
+			if mt.m.FS.opened(in.Ino()) == nil && st.ChangeTime().Equal(last) {
+				return
+			}
+			last = st.ChangeTime()
+			if time.Now().After(deadline) {
+				t.Fatal("the file's close through the mount did not settle in 10 s")
+			}
+		}
+	}
+	readAs(data, "first read")
+	before := readBytes()
+	readAs(data, "second read")
+	if after := readBytes(); after != before {
+		t.Fatalf("the second read of an unchanged file read %v bytes from storage", after-before)
+	}
+
+	changed := bytes.Clone(data)
+	copy(changed[1<<20:], bytes.Repeat([]byte{0x77}, 4096))
+	sdkWrite(changed) // in place: same length
+	readAs(changed, "read after another client's write")
+
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	must(t, err)
+	_, err = f.WriteAt([]byte("through the mount"), 100)
+	must(t, err)
+	must(t, f.Close())
+	copy(changed[100:], "through the mount")
+	settled()
+	readAs(changed, "read after a write through the mount")
+	before = readBytes()
+	readAs(changed, "read again")
+	if after := readBytes(); after != before {
+		t.Fatalf("a read of a file unchanged since the last open read %v bytes from storage", after-before)
+	}
 }

@@ -12,7 +12,9 @@
 // kernel's handles on it), sequential readahead into registered memory,
 // a block cache for readers that come back to what they read, O_DIRECT
 // ones too (cache.go: bounded, dropped at every open of the file), both
-// handed to the kernel as they are (reply.go: pinned until written),
+// handed to the kernel as they are (reply.go: pinned until written), the
+// files' states at their last open here, which say whether the kernel may
+// keep their pages at the next (pages.go),
 // write-behind (writeback.go: writes return once the mount holds the
 // bytes; close, fsync and reads wait for them),
 // directory listings between opendir and releasedir, directories listed in

@@ -76,46 +76,53 @@ func (of *openFile) inode() *sdk.FileInfo {
 }
 
 // acquire opens inode ino in this mount (again), for writing too when
-// write is set, and returns a new handle number.
-func (fs *FS) acquire(ctx context.Context, ino uint64, write bool) (uint64, *openFile, error) {
+// write is set, and returns a new handle number; keep reports
+// that the kernel may keep the file's pages (pages.go).
+func (fs *FS) acquire(ctx context.Context, ino uint64, write bool) (fh uint64, of *openFile, keep bool, err error) {
 	fs.mu.Lock()
-	of := fs.open[ino]
+	of = fs.open[ino]
 	if of == nil {
 		of = &openFile{ino: ino}
 		fs.open[ino] = of
 	}
 	of.refs++
 	fs.mu.Unlock()
-	if err := of.ensure(ctx, fs, write); err != nil {
+	if keep, err = of.ensure(ctx, fs, write); err != nil {
 		fs.drop(of)
-		return 0, nil, err
+		return 0, nil, false, err
 	}
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	fs.nextFh++
 	fs.fhs[fs.nextFh] = &handle{of: of, write: write}
-	return fs.nextFh, of, nil
+	return fs.nextFh, of, keep, nil
 }
 
 // ensure opens the SDK file, or reopens it for writing when a writer comes
-// to a file open only for reading.
-func (of *openFile) ensure(ctx context.Context, fs *FS, write bool) error {
+// to a file open only for reading; keep when it found the file as this
+// mount's previous open did.
+func (of *openFile) ensure(ctx context.Context, fs *FS, write bool) (keep bool, err error) {
 	of.mu.Lock()
 	defer of.mu.Unlock()
 	if of.f != nil && (!write || of.writer) {
 		of.ra.invalidate() // close-to-open
-		return nil
+		// The file is open here already (often a close's release still
+		// on its way): its state now says whether the pages may stay.
+		in, err := fs.c.StatAt(ctx, of.ino, "")
+		return err == nil && fs.pages.opened(in), nil
 	}
 	f, err := fs.c.OpenAt(ctx, of.ino, "", write)
 	if err != nil {
-		return err
+		return false, err
 	}
+	keep = fs.pages.opened(f.Inode())
 	if old := of.f; old != nil { // open for reading only: nothing to publish
 		of.ra.close()
 		old.Close()
+		keep = false // it was open here, and may have changed since
 	}
 	of.set(fs, f, write)
-	return nil
+	return keep, nil
 }
 
 // set makes f, open for writing if write, the open file's SDK file.
@@ -174,9 +181,12 @@ func (fs *FS) Open(cancel <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOu
 	ctx, done := fs.op()
 	defer done()
 	write := in.Flags&accMode != syscall.O_RDONLY
-	fh, of, err := fs.acquire(ctx, in.NodeId, write)
+	fh, of, keep, err := fs.acquire(ctx, in.NodeId, write)
 	if err != nil {
 		return fs.errno("open", in.NodeId, err)
+	}
+	if keep && in.Flags&syscall.O_TRUNC == 0 {
+		out.OpenFlags |= gofuse.FOPEN_KEEP_CACHE
 	}
 	if in.Flags&syscall.O_TRUNC != 0 && write {
 		err := of.truncate(ctx, 0)

@@ -90,6 +90,7 @@ type FS struct {
 	stats  Stats
 	behind *budget     // write-behind's bytes, nil when writes go through
 	cache  *blockCache // nil: none
+	pages  pages       // whether the kernel keeps a file's pages at open
 
 	mu     sync.Mutex
 	open   map[uint64]*openFile // by inode
@@ -224,8 +225,8 @@ func (fs *FS) made(op string, dir uint64, name string, in *sdk.FileInfo, err err
 }
 
 // Forget: node ids are inode numbers, so the mount keeps nothing per
-// lookup to forget.
-func (fs *FS) Forget(nodeid, nlookup uint64) {}
+// lookup to forget; the kernel let the inode go, and its pages with it.
+func (fs *FS) Forget(nodeid, nlookup uint64) { fs.pages.forget(nodeid) }
 
 // stat is an inode's attributes; a file unlinked while open here keeps
 // the ones it had, and unlinked says so (its link count is then 0).

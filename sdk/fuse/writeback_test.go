@@ -124,7 +124,7 @@ func TestWindowFetchedBeforeWriteLands(t *testing.T) {
 	cl, in := clusterFile(t, cluster.Config{Targets: 3, ChunkSize: 64 << 10}, fabrictest.RandBytes(34, 256<<10))
 
 	fs := NewFS(cl, Config{WriteBehind: 8 << 20})
-	_, of, err := fs.acquire(ctx, in.Ino(), true)
+	_, of, _, err := fs.acquire(ctx, in.Ino(), true)
 	must(t, err)
 	defer fs.drop(of)
 	p := make([]byte, 4<<10)
