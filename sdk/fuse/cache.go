@@ -198,20 +198,18 @@ func (bc *blockCache) slot() (int, bool) {
 			bc.free = append(bc.free, i)
 		}
 	}
-	if n := len(bc.free); n > 0 {
-		s := bc.free[n-1]
-		bc.free = bc.free[:n-1]
-		return s, true
-	}
-	for e := bc.lru.Back(); e != nil; e = e.Prev() {
+	for e := bc.lru.Back(); len(bc.free) == 0 && e != nil; e = e.Prev() {
 		if b := e.Value.(*cached); b.pins == 0 {
-			bc.forget(b)
-			s := bc.free[len(bc.free)-1]
-			bc.free = bc.free[:len(bc.free)-1]
-			return s, true
+			bc.forget(b) // frees its slot
 		}
 	}
-	return 0, false
+	n := len(bc.free)
+	if n == 0 {
+		return 0, false
+	}
+	s := bc.free[n-1]
+	bc.free = bc.free[:n-1]
+	return s, true
 }
 
 // forget drops block b and frees its slot, or has the last unpin free it

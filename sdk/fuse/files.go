@@ -356,9 +356,7 @@ func (of *openFile) read(ctx context.Context, p []byte, off int64) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	n := r.copyTo(p)
-	r.Done()
-	return n, nil
+	return r.into(p), nil
 }
 
 // reply answers a read of p at off (readahead.reply): empty past the end.

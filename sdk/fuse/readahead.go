@@ -78,9 +78,7 @@ func newReadahead(c *sdk.Client, f *sdk.File, budget int, cache *blockCache, sta
 // read reads p at off into p: io.EOF past the file's end.
 func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error) {
 	r, err := ra.reply(ctx, p, off)
-	n := r.copyTo(p)
-	r.Done()
-	return n, err
+	return r.into(p), err
 }
 
 // reply answers a read of len(p) bytes at off: pieces of p, read into it,
