@@ -193,29 +193,36 @@ func (ep *Endpoint) call(ctx context.Context, node fabric.NodeID, method string,
 	if err != nil {
 		return err
 	}
-	done := make(chan result, 1)
-	var run func(context.Context)
 	if h := p.LookupMessage(method); h.Serve != nil && req.ProtoReflect().Descriptor() == h.Req {
 		// In process, with nothing to marshal: the handler reads the
-		// request as it is and its reply is handed over.
-		run = func(hctx context.Context) { done <- p.serveMessage(hctx, ep.id, method, h, req) }
-	} else {
-		body, err := proto.Marshal(req)
-		if err != nil {
-			return fmt.Errorf("marshal request: %w", err)
+		// request as it is and its reply is handed over. It runs here,
+		// on the caller's goroutine: a read handler only copies, and
+		// handing it to a worker and its reply back cost two wake-ups
+		// of other threads a call, as much as a batch of small reads.
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		run = func(hctx context.Context) { done <- p.serve(hctx, ep.id, method, body) }
+		r, ok := p.inline(ctx, func(hctx context.Context) result { return p.serveMessage(hctx, ep.id, method, h, req) })
+		if !ok {
+			return fmt.Errorf("%w: %s", fabric.ErrPeerClosed, node)
+		}
+		if r.err != nil {
+			return r.err
+		}
+		return handOver(r.msg, resp)
 	}
-	if !p.spawn(ctx, run) {
+	body, err := proto.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("marshal request: %w", err)
+	}
+	done := make(chan result, 1)
+	if !p.spawn(ctx, func(hctx context.Context) { done <- p.serve(hctx, ep.id, method, body) }) {
 		return fmt.Errorf("%w: %s", fabric.ErrPeerClosed, node)
 	}
 	select {
 	case r := <-done:
 		if r.err != nil {
 			return r.err
-		}
-		if r.msg != nil {
-			return handOver(r.msg, resp)
 		}
 		if err := proto.Unmarshal(r.body, resp); err != nil {
 			return fmt.Errorf("unmarshal response: %w", err)
@@ -249,6 +256,26 @@ func (ep *Endpoint) spawn(ctx context.Context, fn func(context.Context)) bool {
 	ep.wg.Add(1)
 	go ep.worker(j)
 	return true
+}
+
+// inline runs fn as a handler of ep on the calling goroutine, under a
+// context that ends with ep or at ctx's deadline (as spawn's), counted
+// among ep's handlers so that Close waits for it. It reports false if ep
+// is closed. The caller returns only when fn does: fn must be bounded by
+// that context, as message handlers are (they neither change nor keep the
+// request, and only read and copy).
+func (ep *Endpoint) inline(ctx context.Context, fn func(context.Context) result) (result, bool) {
+	ep.mu.Lock()
+	if ep.closed {
+		ep.mu.Unlock()
+		return result{}, false
+	}
+	ep.wg.Add(1)
+	ep.mu.Unlock()
+	defer ep.wg.Done()
+	var r result
+	ep.run(job{ctx: ctx, fn: func(hctx context.Context) { r = fn(hctx) }})
+	return r, true
 }
 
 // job is one handler run: fn under a context with ctx's deadline.

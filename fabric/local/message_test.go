@@ -3,6 +3,9 @@ package local
 import (
 	"context"
 	"errors"
+	"runtime/debug"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,5 +101,58 @@ func TestReadOnlyHandlerTakesTheMessage(t *testing.T) {
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatal("timed out")
+	}
+}
+
+// TestMessageHandlerRunsOnTheCaller: an in-process caller runs a message
+// handler on its own goroutine (no hand-off to a worker and back), under
+// the call's deadline; the handler counts as the peer's: closing the peer
+// ends the handler's context and waits for it, and a closed peer refuses.
+func TestMessageHandlerRunsOnTheCaller(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	n := NewNetwork()
+	srv, err := n.Listen("srv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, _ := n.Dialer("cli")
+	defer cli.Close()
+	var onCaller bool
+	var deadline time.Time
+	started := make(chan struct{})
+	var ended atomic.Bool
+	fabric.HandleReadOnly(srv, "m", func(hctx context.Context, peer fabric.NodeID, req *structpb.ListValue) (*structpb.ListValue, error) {
+		if len(req.Values) == 0 { // block until the peer closes
+			close(started)
+			<-hctx.Done()
+			time.Sleep(50 * time.Millisecond) // Close must wait for this too
+			ended.Store(true)
+			return nil, hctx.Err()
+		}
+		onCaller = strings.Contains(string(debug.Stack()), "TestMessageHandlerRunsOnTheCaller")
+		deadline, _ = hctx.Deadline()
+		return req, nil
+	})
+	req := &structpb.ListValue{Values: []*structpb.Value{structpb.NewNumberValue(1)}}
+	if err := cli.Call(ctx, srv.ID(), "m", req, &structpb.ListValue{}); err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := ctx.Deadline(); !onCaller || !deadline.Equal(want) {
+		t.Fatalf("handler on the caller's goroutine: %v; its deadline %v, the call's %v", onCaller, deadline, want)
+	}
+
+	callErr := make(chan error, 1)
+	go func() { callErr <- cli.Call(ctx, srv.ID(), "m", &structpb.ListValue{}, &structpb.ListValue{}) }()
+	<-started
+	srv.Close()
+	if !ended.Load() {
+		t.Fatal("Close returned before the handler it ran ended")
+	}
+	if err := <-callErr; err == nil {
+		t.Fatal("the call whose peer closed succeeded")
+	}
+	if err := cli.Call(ctx, srv.ID(), "m", req, &structpb.ListValue{}); err == nil {
+		t.Fatal("a call to a closed peer succeeded")
 	}
 }
