@@ -306,6 +306,19 @@ func TestSetattrLinkStatfs(t *testing.T) {
 		{"escape upwards", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: d.Ino, Path: "../g"}); return err }(), fsmeta.ErrInvalidName},
 		{"missing", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: d.Ino, Path: "nope"}); return err }(), fsmeta.ErrNotFound},
 		{"stale inode", func() error { _, err := c.Stat(ctx, &metapb.PathRequest{At: 999}); return err }(), fsmeta.ErrStale},
+		// A name in At itself goes to the log unresolved: the command
+		// finds what a read would have.
+		{"create in a stale inode", func() error { _, err := c.Create(ctx, &metapb.MakeRequest{At: 999, Path: "n"}); return err }(), fsmeta.ErrStale},
+		{"create-open in a file", func() error {
+			x, err := c.Stat(ctx, &metapb.PathRequest{Path: "/d/x"})
+			if err != nil {
+				return err
+			}
+			_, err = c.Open(ctx, &metapb.OpenRequest{At: x.Ino, Path: "n", Create: true, Write: true, Client: 4, Seq: 1})
+			return err
+		}(), fsmeta.ErrNotDir},
+		{"unlink in a stale inode", func() error { _, err := c.Unlink(ctx, &metapb.PathRequest{At: 999, Path: "n"}); return err }(), fsmeta.ErrStale},
+		{"mkdir at the root's name", func() error { _, err := c.Mkdir(ctx, &metapb.MakeRequest{Path: "/d"}); return err }(), fsmeta.ErrExist},
 	}
 	for _, tc := range errCases {
 		if !errors.Is(fsmeta.ErrorOf(tc.err), tc.want) {
