@@ -97,6 +97,12 @@ type run struct {
 	out       chan chan result // in step order
 	wg        sync.WaitGroup
 	readAhead prometheus.Gauge // counts the slots in out
+
+	// The next step, on its way to Next (the loader's caller owns these):
+	// its slot, taken from out, and then its result (a zero result: the
+	// epoch is over).
+	slot chan result
+	res  *result
 }
 
 type result struct {
@@ -260,55 +266,99 @@ func (l *Loader) SetEpoch(e int64) {
 
 // Next returns the next batch of the epoch, or io.EOF after its last; call
 // SetEpoch to go on. After an error the next call retries from the last
-// batch delivered. Not for concurrent use.
+// batch delivered. Not for concurrent use (nor with Wait).
 func (l *Loader) Next(ctx context.Context) (*Batch, error) {
-	l.mu.Lock()
-	if l.run == nil {
-		l.run = l.start(l.state)
-	}
-	r := l.run
-	l.mu.Unlock()
+	r := l.running()
 	m := &l.d.c.Metrics().Loader
 	t0 := time.Now()
 	defer func() { m.Stall.Add(time.Since(t0).Seconds()) }()
-	var slot chan result
-	var ok bool
-	select {
-	case slot, ok = <-r.out:
-	default:
-		// Nothing read ahead: the next step may be waiting for memory that
-		// only batches this caller keeps hold (see arena.budget).
-		l.a.setHungry(true)
-		select {
-		case slot, ok = <-r.out:
-			l.a.setHungry(false)
-		case <-ctx.Done():
-			l.a.setHungry(false)
-			return nil, ctx.Err()
-		}
-	}
+	res, ok := l.ahead(r, ctx.Done())
 	if !ok {
+		// What it waited for stays with the run, for the next call.
+		return nil, ctx.Err()
+	}
+	r.res = nil
+	if res.err != nil {
+		l.stop() // the next call retries from the last batch delivered
+		return nil, res.err
+	}
+	if res.b == nil {
 		return nil, io.EOF
 	}
-	m.ReadAhead.Dec()
-	select {
-	case res := <-slot:
-		if res.err != nil {
-			l.stop() // the next call retries from the last batch delivered
-			return nil, res.err
+	l.mu.Lock()
+	l.state = res.b.state
+	l.mu.Unlock()
+	m.Batches.Inc()
+	m.Samples.Add(float64(res.b.NumRows()))
+	return res.b, nil
+}
+
+// Wait waits, at most d, until Next would return at once: the next batch
+// is read, the epoch is over, or a read failed. It reports whether so.
+// Nothing is taken: the state stays that after the last batch Next
+// delivered. A caller that must stay interruptible (Python's main thread,
+// where a signal is seen only between calls) waits in short calls of
+// Wait and then calls Next, instead of blocking in Next. Not for
+// concurrent use (nor with Next).
+func (l *Loader) Wait(d time.Duration) bool {
+	r := l.running()
+	if r.res != nil {
+		return true
+	}
+	t0 := time.Now()
+	defer func() { l.d.c.Metrics().Loader.Stall.Add(time.Since(t0).Seconds()) }()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	_, ok := l.ahead(r, ctx.Done())
+	return ok
+}
+
+// running is the read-ahead of the current epoch, started if it is not.
+func (l *Loader) running() *run {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.run == nil {
+		l.run = l.start(l.state)
+	}
+	return l.run
+}
+
+// ahead returns the next step's result, keeping it in r (r.res) until
+// Next takes it: a batch, an error, or neither at the epoch's end. It
+// gives up when done fires first (ok false); what it was waiting for
+// stays in r for the next call.
+func (l *Loader) ahead(r *run, done <-chan struct{}) (res result, ok bool) {
+	if r.res != nil {
+		return *r.res, true
+	}
+	if r.slot == nil {
+		var open bool
+		select {
+		case r.slot, open = <-r.out:
+		default:
+			// Nothing read ahead: the next step may be waiting for memory
+			// that only batches this caller keeps hold (see arena.budget).
+			l.a.setHungry(true)
+			select {
+			case r.slot, open = <-r.out:
+				l.a.setHungry(false)
+			case <-done:
+				l.a.setHungry(false)
+				return result{}, false
+			}
 		}
-		l.mu.Lock()
-		l.state = res.b.state
-		l.mu.Unlock()
-		m.Batches.Inc()
-		m.Samples.Add(float64(res.b.NumRows()))
-		return res.b, nil
-	case <-ctx.Done():
-		// The batch is lost to this caller: release it when it comes and
-		// restart the read-ahead from the last batch delivered.
-		go drop(slot)
-		l.stop()
-		return nil, ctx.Err()
+		if !open {
+			r.res = &result{}
+			return *r.res, true
+		}
+		r.readAhead.Dec()
+	}
+	select {
+	case res = <-r.slot:
+		r.slot, r.res = nil, &res
+		return res, true
+	case <-done:
+		return result{}, false
 	}
 }
 
@@ -431,6 +481,12 @@ func (l *Loader) stop() {
 		return
 	}
 	r.cancel()
+	if r.res != nil && r.res.b != nil {
+		r.res.b.Release()
+	}
+	if r.slot != nil {
+		drop(r.slot)
+	}
 	for slot := range r.out {
 		r.readAhead.Dec()
 		drop(slot)

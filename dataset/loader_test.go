@@ -473,3 +473,58 @@ func TestLoaderThroughLocalAgent(t *testing.T) {
 		t.Fatalf("a loader with no agent at its socket: %v", err)
 	}
 }
+
+// Wait takes nothing: whatever it returns, Next then delivers the same
+// batches, in the same order, as a loader that only calls Next, and the
+// state stays that after the last batch delivered. A batch Wait saw and
+// nobody took goes back to the loader's memory when the epoch changes.
+func TestLoaderWaitTakesNothing(t *testing.T) {
+	d := makeDataset(t, "wait", 100, 600, 64<<10)
+	cfg := LoaderConfig{BatchSize: 16, Shuffle: true, Seed: 3, Readers: 2}
+	want, _ := indices(t, newLoader(t, d, cfg), 1<<30)
+	l := newLoader(t, d, cfg)
+	ctx := context.Background()
+	var got []int64
+	for step := 0; ; step++ {
+		before := l.State()
+		if step%3 == 0 {
+			l.Wait(0) // may or may not see the batch yet
+		}
+		if !l.Wait(10*time.Second) || !l.Wait(0) {
+			t.Fatalf("step %d: not ready after 10 s", step)
+		}
+		if s := l.State(); s != before {
+			t.Fatalf("step %d: Wait moved the state from %+v to %+v", step, before, s)
+		}
+		b, err := l.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, b.Column(int(b.NumCols())-1).(*array.Int64).Int64Values()...)
+		b.Release()
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("with Wait: %v\nwithout: %v", got, want)
+	}
+	if _, err := l.Next(ctx); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the epoch: %v, want io.EOF", err)
+	}
+	// A batch seen by Wait and then left: changing the epoch drops it.
+	l.SetEpoch(1)
+	if !l.Wait(10 * time.Second) {
+		t.Fatal("epoch 1 not ready after 10 s")
+	}
+	l.SetEpoch(2)
+	if n, _ := indices(t, l, 1<<30); len(n) != 100 {
+		t.Fatalf("epoch 2: %d samples", len(n))
+	}
+	l.a.mu.Lock()
+	held := len(l.a.used)
+	l.a.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d pieces of the loader's memory still held after the epoch", held)
+	}
+}

@@ -417,6 +417,28 @@ func sluice_loader_resume(h C.uint64_t, state *C.char) C.int {
 	})
 }
 
+// sluice_loader_wait waits at most timeoutMs milliseconds until the
+// loader's next batch would come at once from its stream (read, the epoch
+// over, or an error to report), and says so in *ready (1, else 0). Python's
+// main thread waits in such short calls, where a signal (Ctrl-C) is seen
+// between them, and then reads the batch on its own thread: no hand-off to
+// a helper thread for every batch.
+//
+//export sluice_loader_wait
+func sluice_loader_wait(h C.uint64_t, timeoutMs C.int, ready *C.int) C.int {
+	return call(func() error {
+		l, err := get[*loader](h)
+		if err != nil {
+			return err
+		}
+		*ready = 0
+		if l.Wait(time.Duration(timeoutMs) * time.Millisecond) {
+			*ready = 1
+		}
+		return nil
+	})
+}
+
 //export sluice_loader_set_epoch
 func sluice_loader_set_epoch(h C.uint64_t, epoch C.int64_t) C.int {
 	return call(func() error {

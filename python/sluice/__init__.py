@@ -261,12 +261,26 @@ class Loader(_Handle):
         reader = self._reader()
         while True:
             try:
-                batch = _lib.blocking(reader.read_next_batch)
+                if _lib.handed_off():
+                    # The main thread: wait in short calls, between which
+                    # Ctrl-C raises KeyboardInterrupt, then take the batch
+                    # here, which no longer blocks (a hand-off to a helper
+                    # thread for every batch cost a tenth of the rate).
+                    while not self._ready():
+                        pass
+                batch = reader.read_next_batch()
             except StopIteration:
                 return
             except (pa.ArrowException, OSError) as e:  # the stream's error is Go's, as an Arrow IOError
                 raise SluiceError(str(e)) from e
             yield batch
+
+    def _ready(self, timeout_ms=100):
+        """Whether the next batch comes at once, after waiting at most
+        timeout_ms for it."""
+        ready = ctypes.c_int()
+        _lib.call("sluice_loader_wait", ctypes.c_uint64(self.handle()), timeout_ms, ctypes.byref(ready))
+        return ready.value == 1
 
     def __arrow_c_stream__(self, requested_schema=None):
         # The stream holds the loader (in libsluice) until it is released,

@@ -52,6 +52,7 @@ def _path():
 
 _u64p = ctypes.POINTER(ctypes.c_uint64)
 _i64p = ctypes.POINTER(ctypes.c_int64)
+_intp = ctypes.POINTER(ctypes.c_int)
 _SIGNATURES = {
     "sluice_last_error": ([], ctypes.c_char_p),
     "sluice_version": ([], ctypes.c_char_p),
@@ -70,6 +71,7 @@ _SIGNATURES = {
     "sluice_loader_state": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int64, _i64p], ctypes.c_int),
     "sluice_loader_resume": ([ctypes.c_uint64, ctypes.c_char_p], ctypes.c_int),
     "sluice_loader_set_epoch": ([ctypes.c_uint64, ctypes.c_int64], ctypes.c_int),
+    "sluice_loader_wait": ([ctypes.c_uint64, ctypes.c_int, _intp], ctypes.c_int),
     "sluice_loader_steps": ([ctypes.c_uint64, _i64p], ctypes.c_int),
     "sluice_loader_memory": ([ctypes.c_uint64, _i64p, _u64p, _i64p], ctypes.c_int),
     "sluice_file_open": ([ctypes.c_uint64, ctypes.c_char_p, ctypes.c_int, _u64p], ctypes.c_int),
@@ -110,6 +112,7 @@ _QUICK = frozenset([
     "sluice_last_error", "sluice_version", "sluice_cancel", "sluice_dataset_len", "sluice_dataset_manifest",
     "sluice_loader_new", "sluice_loader_stream", "sluice_loader_state", "sluice_loader_resume",
     "sluice_loader_set_epoch", "sluice_loader_steps", "sluice_loader_memory", "sluice_file_size",
+    "sluice_loader_wait",  # bounded by its timeout: how the main thread waits interruptibly
 ])
 
 # How long an interrupted call is given to end (sluice_cancel cuts it
@@ -148,6 +151,11 @@ def uninterruptible():
     _direct = True
 
 
+def handed_off():
+    """Whether blocking() hands this thread's calls to a helper thread."""
+    return not (_direct or threading.current_thread() is not threading.main_thread() or sys.is_finalizing())
+
+
 def blocking(fn, *args):
     """fn(*args), for a call that may block on the cluster, run so that
     Ctrl-C interrupts it: Python delivers signals to the main thread only
@@ -158,7 +166,7 @@ def blocking(fn, *args):
     before the interrupt goes on. On other threads, in a process that takes
     no Ctrl-C (uninterruptible(): sluice.torch's workers), and while the
     interpreter exits (no thread starts then), fn runs directly."""
-    if _direct or threading.current_thread() is not threading.main_thread() or sys.is_finalizing():
+    if not handed_off():
         return fn(*args)
     box = {}
     done = threading.Event()
