@@ -13,9 +13,12 @@ TOTAL_MIB of random samples (Arrow IPC stream -> `sluice dataset import
   python   sluice.Dataset(...).loader(...) in this process (libsluice)
   ceiling  pyarrow.flight DoGet from a pyarrow.flight server (a child
            process) holding the same batches in memory
-  four     four reader processes, DoGet of ranks 0..3 of 4, at once
+  four     four reader processes, DoGet of ranks 0..3 of 4, at once; and
+           four reading a quarter of the batches each from the ceiling
+           (what four readers can get on this machine at all)
 Batches hold about BATCH_MIB of samples. Prints per round MB/s and the
-median ratios flight/ceiling, flight/python and four/one.
+median ratios flight/ceiling, flight/python, four/one and the ceiling's
+own four/one.
 """
 import json
 import os
@@ -77,7 +80,13 @@ class Memory(fl.FlightServerBase):
         self.tables = tables
 
     def do_get(self, context, ticket):
-        return fl.RecordBatchStream(self.tables[ticket.ticket.decode()])
+        # NAME, or NAME#K: the K-th of four equal parts (the four readers).
+        name, _, part = ticket.ticket.decode().partition("#")
+        t = self.tables[name]
+        if part:
+            n = t.num_rows // 4
+            t = t.slice(int(part) * n, n)
+        return fl.RecordBatchStream(t)
 
 
 def ceiling_main(names):
@@ -146,9 +155,9 @@ def main():
                 n += b.nbytes
             return n
 
-        def four(name, seed):
-            procs = [subprocess.Popen([sys.executable, __file__, "read", env["SLUICE_FLIGHT"], ticket(name, r, seed, 4)],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for r in range(4)]
+        def four(url, tickets):
+            procs = [subprocess.Popen([sys.executable, __file__, "read", url, t],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for t in tickets]
             time.sleep(1.5)  # the readers import pyarrow and connect
             for p in procs:
                 p.stdin.write("go\n")
@@ -162,13 +171,16 @@ def main():
                 f = timed(lambda: drain(client, fl.Ticket(ticket(name, 0, r).encode()), options()))
                 p = timed(lambda: python(name, r))
                 c = timed(lambda: drain(mem, fl.Ticket(name.encode()), None))
-                q = four(name, r)
-                x = ratios.setdefault(size, {"flight/ceiling": [], "flight/python": [], "four/one": []})
+                q = four(env["SLUICE_FLIGHT"], [ticket(name, k, r, 4) for k in range(4)])
+                cq = four(ceiling_url, ["%s#%d" % (name, k) for k in range(4)])
+                x = ratios.setdefault(size, {"flight/ceiling": [], "flight/python": [], "four/one": [],
+                                             "ceiling four/one": []})
                 x["flight/ceiling"].append(f / c)
                 x["flight/python"].append(f / p)
                 x["four/one"].append(q / f)
-                print("round %d size %d: flight %.0f MB/s, python %.0f MB/s, ceiling %.0f MB/s, four readers %.0f MB/s"
-                      % (r, size, f, p, c, q), flush=True)
+                x["ceiling four/one"].append(cq / c)
+                print("round %d size %d: flight %.0f MB/s, python %.0f MB/s, ceiling %.0f MB/s, four readers %.0f MB/s,"
+                      " four from the ceiling %.0f MB/s" % (r, size, f, p, c, q, cq), flush=True)
         for size, x in ratios.items():
             print("TOTAL_MIB=%d size %d batch %d: %s" % (TOTAL_MIB, size, max(1, (BATCH_MIB << 20) // size), ", ".join(
                 "%s median %.2f (%.2f-%.2f)" % (k, statistics.median(v), min(v), max(v)) for k, v in x.items())))
