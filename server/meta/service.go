@@ -121,10 +121,10 @@ func (s *Service) resolveParent(ctx context.Context, at uint64, p string) (uint6
 	}
 	if dir == "" || dir == "/" {
 		// A name in base itself (the mount's and the SDK's *At calls, or
-		// a name in "/"): the
-		// command that follows checks that at is a directory, through
-		// the log, so a read here (and its leader check: a round of
-		// heartbeats with more than one replica) would only repeat it.
+		// a name in "/"): the command that follows checks, through the
+		// log, that base is a directory, so a read here (and its leader
+		// check: a round of heartbeats with more than one replica) would
+		// only repeat it.
 		return base, name, nil
 	}
 	var parent uint64
