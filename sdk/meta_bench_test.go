@@ -3,6 +3,7 @@ package sdk
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +15,8 @@ import (
 // cluster (one metadata replica, 3 targets, chains of 3): create and open
 // for writing, write 4 KiB and close, stat, unlink. Each reports its
 // microseconds per call; the Raft log's synced append is one of them.
+// Then 8 writers at once in one directory, files of 4 KiB and empty ones
+// (create and close): files/s.
 func BenchmarkMetaOps(b *testing.B) {
 	ctx := context.Background()
 	c, err := cluster.Start(ctx, cluster.Config{Dir: b.TempDir(), Targets: 3})
@@ -68,4 +71,31 @@ func BenchmarkMetaOps(b *testing.B) {
 		b.ReportMetric(us(stat), "stat_us")
 		b.ReportMetric(us(unlink), "unlink_us")
 	})
+	for _, size := range []int{4096, 0} {
+		b.Run(fmt.Sprintf("writers=8/size=%d", size), func(b *testing.B) {
+			run++
+			dir, err := cl.MkdirAt(ctx, 0, fmt.Sprintf("/m%d", run), Owner{Mode: 0o755})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			b.SetParallelism(4) // 8 writers on 2 cores
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					f, err := cl.CreateOpenAt(ctx, dir.Ino(), fmt.Sprint("f", n.Add(1)), Owner{Mode: 0o644})
+					if err == nil && size > 0 {
+						_, err = f.WriteAt(block[:size], 0)
+					}
+					if err == nil {
+						err = f.Close()
+					}
+					if err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "files/s")
+		})
+	}
 }
