@@ -476,8 +476,9 @@ func TestLoaderThroughLocalAgent(t *testing.T) {
 
 // Wait takes nothing: whatever it returns, Next then delivers the same
 // batches, in the same order, as a loader that only calls Next, and the
-// state stays that after the last batch delivered. A batch Wait saw and
-// nobody took goes back to the loader's memory when the epoch changes.
+// state stays that after the last batch delivered; nor does a Next cut
+// short by its context. A batch Wait saw and nobody took goes back to the
+// loader's memory when the epoch changes.
 func TestLoaderWaitTakesNothing(t *testing.T) {
 	d := makeDataset(t, "wait", 100, 600, 64<<10)
 	cfg := LoaderConfig{BatchSize: 16, Shuffle: true, Seed: 3, Readers: 2}
@@ -490,18 +491,36 @@ func TestLoaderWaitTakesNothing(t *testing.T) {
 		if step%3 == 0 {
 			l.Wait(0) // may or may not see the batch yet
 		}
+		var b *Batch
+		if step%4 == 1 {
+			// Done before it starts: Next may still deliver a batch that
+			// is ready; if it does not, it must have taken nothing.
+			cut, cancel := context.WithCancel(ctx)
+			cancel()
+			var err error
+			b, err = l.Next(cut)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil && !errors.Is(err, context.Canceled) {
+				t.Fatalf("step %d: Next with its context done: %v", step, err)
+			}
+		}
 		if !l.Wait(10*time.Second) || !l.Wait(0) {
 			t.Fatalf("step %d: not ready after 10 s", step)
 		}
-		if s := l.State(); s != before {
-			t.Fatalf("step %d: Wait moved the state from %+v to %+v", step, before, s)
-		}
-		b, err := l.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
+		if b == nil {
+			if s := l.State(); s != before {
+				t.Fatalf("step %d: Wait or a cut Next moved the state from %+v to %+v", step, before, s)
+			}
+			var err error
+			b, err = l.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
 		}
 		got = append(got, b.Column(int(b.NumCols())-1).(*array.Int64).Int64Values()...)
 		b.Release()
