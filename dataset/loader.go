@@ -269,9 +269,6 @@ func (l *Loader) SetEpoch(e int64) {
 // batch delivered. Not for concurrent use (nor with Wait).
 func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	r := l.running()
-	m := &l.d.c.Metrics().Loader
-	t0 := time.Now()
-	defer func() { m.Stall.Add(time.Since(t0).Seconds()) }()
 	res, ok := l.ahead(r, ctx.Done())
 	if !ok {
 		// What it waited for stays with the run, for the next call.
@@ -288,6 +285,7 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 	l.mu.Lock()
 	l.state = res.b.state
 	l.mu.Unlock()
+	m := &l.d.c.Metrics().Loader
 	m.Batches.Inc()
 	m.Samples.Add(float64(res.b.NumRows()))
 	return res.b, nil
@@ -301,15 +299,9 @@ func (l *Loader) Next(ctx context.Context) (*Batch, error) {
 // Wait and then calls Next, instead of blocking in Next. Not for
 // concurrent use (nor with Next).
 func (l *Loader) Wait(d time.Duration) bool {
-	r := l.running()
-	if r.res != nil {
-		return true
-	}
-	t0 := time.Now()
-	defer func() { l.d.c.Metrics().Loader.Stall.Add(time.Since(t0).Seconds()) }()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	_, ok := l.ahead(r, ctx.Done())
+	_, ok := l.ahead(l.running(), ctx.Done())
 	return ok
 }
 
@@ -326,11 +318,13 @@ func (l *Loader) running() *run {
 // ahead returns the next step's result, keeping it in r (r.res) until
 // Next takes it: a batch, an error, or neither at the epoch's end. It
 // gives up when done fires first (ok false); what it was waiting for
-// stays in r for the next call.
+// stays in r for the next call. The time it waits is the loader's stall.
 func (l *Loader) ahead(r *run, done <-chan struct{}) (res result, ok bool) {
 	if r.res != nil {
 		return *r.res, true
 	}
+	t0 := time.Now()
+	defer func() { l.d.c.Metrics().Loader.Stall.Add(time.Since(t0).Seconds()) }()
 	if r.slot == nil {
 		var open bool
 		select {

@@ -350,15 +350,6 @@ func (of *openFile) settle() error {
 	return nil
 }
 
-// read reads p at off into p.
-func (of *openFile) read(ctx context.Context, p []byte, off int64) (int, error) {
-	r, err := of.reply(ctx, p, off)
-	if err != nil {
-		return 0, err
-	}
-	return r.into(p), nil
-}
-
 // reply answers a read of p at off (readahead.reply): empty past the end.
 func (of *openFile) reply(ctx context.Context, p []byte, off int64) (*reply, error) {
 	of.mu.RLock()
@@ -368,12 +359,9 @@ func (of *openFile) reply(ctx context.Context, p []byte, off int64) (*reply, err
 	}
 	r, err := of.ra.reply(ctx, p, off)
 	if errors.Is(err, io.EOF) {
-		err = nil
+		return r, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
+	return r, err
 }
 
 // write writes p at off. The readahead's windows are made stale when the

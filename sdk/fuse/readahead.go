@@ -75,12 +75,6 @@ func newReadahead(c *sdk.Client, f *sdk.File, budget int, cache *blockCache, sta
 	return ra
 }
 
-// read reads p at off into p: io.EOF past the file's end.
-func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error) {
-	r, err := ra.reply(ctx, p, off)
-	return r.into(p), err
-}
-
 // reply answers a read of len(p) bytes at off: pieces of p, read into it,
 // and views of windows and cached blocks, pinned until the reply's Done;
 // io.EOF past the file's end. On an error nothing stays pinned.

@@ -57,14 +57,6 @@ func (r *reply) copyTo(p []byte) int {
 	return r.n
 }
 
-// into copies the reply into p and lets it go, for callers that want
-// the bytes in place; its length.
-func (r *reply) into(p []byte) int {
-	n := r.copyTo(p)
-	r.Done()
-	return n
-}
-
 // Slices is go-fuse's way to write the pieces as they are.
 func (r *reply) Slices() ([][]byte, gofuse.Status) { return r.pieces, gofuse.OK }
 

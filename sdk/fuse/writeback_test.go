@@ -171,3 +171,26 @@ func clusterFile(t *testing.T, cfg cluster.Config, data []byte) (*sdk.Client, *s
 	must(t, err)
 	return cl, in
 }
+
+// read reads p at off into p, as a caller that wants the bytes in place.
+func (of *openFile) read(ctx context.Context, p []byte, off int64) (int, error) {
+	r, err := of.reply(ctx, p, off)
+	if err != nil {
+		return 0, err
+	}
+	return r.into(p), nil
+}
+
+// read reads p at off into p through the readahead alone: io.EOF past
+// the file's end.
+func (ra *readahead) read(ctx context.Context, p []byte, off int64) (int, error) {
+	r, err := ra.reply(ctx, p, off)
+	return r.into(p), err
+}
+
+// into copies the reply into p and lets it go; its length.
+func (r *reply) into(p []byte) int {
+	n := r.copyTo(p)
+	r.Done()
+	return n
+}
