@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -103,6 +104,20 @@ var cVersion = C.CString(version)
 
 //export sluice_version
 func sluice_version() *C.char { return cVersion }
+
+// sluice_procs sets how many threads at once the library's Go runtime
+// runs Go code on (runtime.GOMAXPROCS) when n > 0, and returns the number
+// it had. A process of several that share the machine's cores (a torch
+// worker) runs best on one: each call from Python then wakes no second
+// thread to take over the runtime's work.
+//
+//export sluice_procs
+func sluice_procs(n C.int) C.int {
+	if n > 0 {
+		return C.int(runtime.GOMAXPROCS(int(n)))
+	}
+	return C.int(runtime.GOMAXPROCS(0))
+}
 
 // calls holds the context every call of this ABI runs under (the client's
 // OpTimeout bounds each). sluice_cancel ends it, cutting short every call

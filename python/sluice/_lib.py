@@ -58,6 +58,7 @@ _SIGNATURES = {
     "sluice_version": ([], ctypes.c_char_p),
     "sluice_connect": ([ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int64, _u64p], ctypes.c_int),
     "sluice_cancel": ([], ctypes.c_int),
+    "sluice_procs": ([ctypes.c_int], ctypes.c_int),
     "sluice_close": ([ctypes.c_uint64], ctypes.c_int),
     "sluice_dataset_open": ([ctypes.c_uint64, ctypes.c_char_p, _u64p], ctypes.c_int),
     "sluice_dataset_len": ([ctypes.c_uint64, _i64p], ctypes.c_int),
@@ -109,7 +110,8 @@ def check(rc):
 
 # Calls that return at once: run on the caller's thread, never handed off.
 _QUICK = frozenset([
-    "sluice_last_error", "sluice_version", "sluice_cancel", "sluice_dataset_len", "sluice_dataset_manifest",
+    "sluice_last_error", "sluice_version", "sluice_cancel", "sluice_procs", "sluice_dataset_len",
+    "sluice_dataset_manifest",
     "sluice_loader_new", "sluice_loader_stream", "sluice_loader_state", "sluice_loader_resume",
     "sluice_loader_set_epoch", "sluice_loader_steps", "sluice_loader_memory", "sluice_file_size",
     "sluice_loader_wait",  # bounded by its timeout: how the main thread waits interruptibly

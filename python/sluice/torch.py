@@ -685,6 +685,11 @@ def _pool_worker(dataset, worker, workers, base_seed, conn):
     from torch.utils.data._utils import worker as torch_worker
 
     torch.set_num_threads(1)
+    # libsluice's Go code runs on one thread here too (unless GOMAXPROCS
+    # says otherwise): the workers are the parallelism, and a second thread
+    # per worker costs each call a wake-up (a tenth of a 4 KiB batch).
+    if not os.environ.get("GOMAXPROCS"):
+        _lib.call("sluice_procs", 1)
     # Ctrl-C is the training process's: it stops its workers (or its end
     # closes their pipes), so their calls need not be interruptible.
     _lib.uninterruptible()

@@ -1,7 +1,10 @@
+import os
+
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+import sluice  # noqa: E402
 import sluice.torch as st  # noqa: E402
 from conftest import DIM, N  # noqa: E402
 
@@ -278,6 +281,7 @@ def with_worker_info(batch):
     info = torch.utils.data.get_worker_info()
     batch["worker"] = torch.full((len(batch["id"]),), info.id)
     batch["rand"] = torch.rand(1).expand(len(batch["id"])).clone()
+    batch["threads"] = torch.tensor([torch.get_num_threads(), sluice._lib.call("sluice_procs", 0)])
     return batch
 
 
@@ -290,6 +294,10 @@ def test_workers_without_torch_machinery(cluster):
     assert [int(b["id"][0]) for b in batches] == list(range(0, N, 100))  # step order
     assert [int(b["worker"][0]) for b in batches] == [i % 2 for i in range(len(batches))]
     assert float(batches[0]["rand"][0]) != float(batches[1]["rand"][0])  # each worker seeded apart
+    # Each worker computes on one thread, torch's and libsluice's Go code
+    # alike (GOMAXPROCS, when set, is the user's choice for the latter).
+    go = int(os.environ.get("GOMAXPROCS") or 1)
+    assert {tuple(b["threads"].tolist()) for b in batches} == {(1, go)}
     assert st.DataLoader(ds, num_workers=2, pin_memory=False)._pool is None  # torch's options: torch's loader
 
 
