@@ -32,7 +32,22 @@ func NewSegment(name string, size int, wantHuge bool) (*Segment, error) {
 			return s, nil
 		}
 	}
+	if size >= hugePage {
+		size = roundUp(size, hugePage) // whole huge pages, where the kernel gives them (adviseHuge)
+	}
 	return newSegment(name, roundUp(size, unix.Getpagesize()), unix.MFD_ALLOW_SEALING)
+}
+
+// adviseHuge asks for transparent huge pages behind a mapping of a segment
+// on normal pages. The kernel gives shared memory such pages only where the
+// operator allows it (/sys/kernel/mm/transparent_hugepage/shmem_enabled set
+// to advise or always; Debian's default is never), and then to the pages
+// faulted in through a mapping so advised: both processes advise theirs.
+// Nothing is reserved, and the advice is harmless where it is not taken.
+func adviseHuge(mem []byte) {
+	if len(mem) >= hugePage {
+		_ = unix.Madvise(mem, unix.MADV_HUGEPAGE)
+	}
 }
 
 func roundUp(n, to int) int { return (n + to - 1) / to * to }
@@ -60,6 +75,9 @@ func newSegment(name string, size, flags int) (*Segment, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("shmring: seal segment: %w", err)
 	}
+	if flags&unix.MFD_HUGETLB == 0 {
+		adviseHuge(mem)
+	}
 	return &Segment{fd: fd, mem: mem}, nil
 }
 
@@ -82,6 +100,9 @@ func OpenSegment(fd int) (*Segment, error) {
 	mem, err := unix.Mmap(fd, 0, int(st.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
 		return nil, fmt.Errorf("shmring: map segment: %w", err)
+	}
+	if !huge {
+		adviseHuge(mem)
 	}
 	return &Segment{fd: fd, mem: mem, huge: huge}, nil
 }

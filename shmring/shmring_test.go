@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicefs/sluice/internal/testproc"
 	"golang.org/x/sys/unix"
@@ -427,4 +428,82 @@ func TestControl(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Serving.Close never ran for a closed client")
 	}
+}
+
+// TestTransparentHugePages: where the operator allows huge pages for shared
+// memory on advice (as root, the test sets it and puts it back), a segment
+// on normal pages gets them through both its mappings, whichever side
+// touches the memory first.
+func TestTransparentHugePages(t *testing.T) {
+	const knob = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+	old, err := os.ReadFile(knob)
+	if err != nil {
+		t.Skipf("no transparent huge pages for shared memory here: %v", err)
+	}
+	if err := os.WriteFile(knob, []byte("advise"), 0o644); err != nil {
+		t.Skipf("cannot allow transparent huge pages (%v): run as root to test them", err)
+	}
+	defer func() {
+		mode := string(old)
+		if i, j := strings.IndexByte(mode, '['), strings.IndexByte(mode, ']'); i >= 0 && j > i {
+			mode = mode[i+1 : j] // the file shows every mode, the current one in brackets
+		}
+		os.WriteFile(knob, []byte(mode), 0o644)
+	}()
+	s, err := NewSegment("thp", 7<<20, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Huge() || len(s.Bytes()) != 8<<20 {
+		t.Fatalf("huge=%v, %d bytes: want normal pages, whole huge pages' worth", s.Huge(), len(s.Bytes()))
+	}
+	fd, err := unix.Dup(s.Fd())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := OpenSegment(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	for i := 0; i < len(o.Bytes()); i += 4096 { // the receiving side writes first, as an agent does
+		o.Bytes()[i] = byte(i >> 12)
+	}
+	sum := 0
+	for i := 0; i < len(s.Bytes()); i += 4096 {
+		sum += int(s.Bytes()[i])
+	}
+	if sum == 0 {
+		t.Fatal("the two mappings do not share memory")
+	}
+	for _, m := range []*Segment{o, s} {
+		if kb := pmdMappedKB(t, m.Bytes()); kb == 0 {
+			t.Errorf("mapping at %p: no huge page mapped", &m.Bytes()[0])
+		}
+	}
+}
+
+// pmdMappedKB is how much of the mapping that starts at b this process maps
+// with huge pages (ShmemPmdMapped in /proc/self/smaps).
+func pmdMappedKB(t *testing.T, b []byte) int {
+	smaps, err := os.ReadFile("/proc/self/smaps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := fmt.Sprintf("%x-", uintptr(unsafe.Pointer(&b[0])))
+	in := false
+	for _, line := range strings.Split(string(smaps), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && strings.Contains(f[0], "-") && !strings.HasSuffix(f[0], ":") {
+			in = strings.HasPrefix(line, start)
+			continue
+		}
+		if in && strings.HasPrefix(line, "ShmemPmdMapped:") {
+			var kb int
+			fmt.Sscanf(strings.TrimPrefix(line, "ShmemPmdMapped:"), "%d", &kb)
+			return kb
+		}
+	}
+	t.Fatalf("no mapping at %s in /proc/self/smaps", start)
+	return 0
 }
