@@ -33,7 +33,10 @@ agent` process of their own, over TCP to the cluster, as on a training host
 with storage elsewhere, instead of `sluice dev`'s agent), HUGEPAGES (as root:
 reserve this many 2 MiB huge pages for the run, as an operator would for the
 loaders' shared memory, and give the old count back after; the results
-record the pages reserved either way).
+record the pages reserved either way), SHMEM_THP (as root: when the kernel
+may back shared memory with transparent huge pages for the run, e.g.
+"advise", as an operator may allow instead of reserving pages; recorded
+either way).
 Writes OUT/peers-DATE.json and OUT/peers-DATE.png (when matplotlib is there).
 """
 import datetime
@@ -355,19 +358,41 @@ def hugepages(n=None):
         return 0
 
 
+SHMEM_THP = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+
+def shmem_thp(mode=None):
+    """When the kernel backs shared memory with transparent huge pages
+    (never, advise, always, ...); with mode, sets it first."""
+    try:
+        if mode is not None:
+            with open(SHMEM_THP, "w") as f:
+                f.write(mode)
+        with open(SHMEM_THP) as f:
+            text = f.read()
+    except OSError as e:
+        if mode is not None:
+            raise SystemExit("transparent huge pages: %s (SHMEM_THP needs root)" % e)
+        return "unknown"
+    return text[text.find("[") + 1: text.find("]")] if "[" in text else text.strip()
+
+
 def main():
-    before_pages = hugepages()
+    before_pages, before_thp = hugepages(), shmem_thp()
     if os.environ.get("HUGEPAGES"):
         hugepages(int(os.environ["HUGEPAGES"]))
-    pages = hugepages()
+    if os.environ.get("SHMEM_THP"):
+        shmem_thp(os.environ["SHMEM_THP"])
     try:
-        run(pages)
+        run(hugepages(), shmem_thp())
     finally:
         if os.environ.get("HUGEPAGES"):
             hugepages(before_pages)
+        if os.environ.get("SHMEM_THP"):
+            shmem_thp(before_thp)
 
 
-def run(pages):
+def run(pages, thp):
     sizes = [s for s in os.environ.get("SIZES", ",".join(SIZES)).split(",") if s]
     systems = [s for s in os.environ.get("SYSTEMS", ",".join(SYSTEMS)).split(",") if s]
     out_dir = os.environ.get("OUT", os.path.join(REPO, "benchmarks", "results"))
@@ -425,6 +450,7 @@ def run(pages):
     stamp = datetime.date.today().isoformat()
     os.makedirs(out_dir, exist_ok=True)
     doc = {"date": stamp, "machine": "%s, %d CPUs" % (platform.machine(), os.cpu_count()), "rounds": ROUNDS, "hugepages": pages,
+           "shmem_thp": thp,
            "counts": {s: int(os.environ.get("N_" + s, COUNTS[s])) for s in sizes},
            "batch": {s: SIZES[s][1] for s in sizes}, "results": results}
     path = os.path.join(out_dir, "peers-%s.json" % stamp)
