@@ -1,5 +1,7 @@
 package chunkstore
 
+import "hash/crc32"
+
 // CRC is the CRC32C that chunk data is checked with everywhere.
 
 // crcCombine returns the CRC32C of a||b given crcA = CRC(a), crcB = CRC(b)
@@ -105,17 +107,36 @@ func overX(r uint32) uint32 {
 	return r << 1
 }
 
-// gfMul is a·b mod P, both in the reflected representation.
+// gfMul is a·b mod P, both in the reflected representation: their
+// carry-less product, then reduced. The product's bit k is the coefficient
+// of x^(62-k): its bits 31 to 62 are the terms below x^32 as they stand,
+// and bits 0 to 30 those from x^32 up, which four zero bytes through the
+// CRC table (each a multiplication by x^8) bring below x^32. A 4 KiB
+// sample read through an agent derives its CRC with four or five of these;
+// bit by bit they were 6% of the agent's CPU.
 func gfMul(a, b uint32) uint32 {
-	var p uint32
-	for bit := uint32(1) << 31; a != 0; bit >>= 1 {
-		if a&bit != 0 {
-			p ^= b
-			a &^= bit
-		}
-		b = timesX(b)
+	v := clmul32(a, b)
+	h := uint32(v << 1)
+	for range 4 {
+		h = crcTable[byte(h)] ^ h>>8
 	}
-	return p
+	return h ^ uint32(v>>31)
+}
+
+var crcTable = crc32.MakeTable(crc32.Castagnoli)
+
+// clmul32 is the carry-less product of a and b, from integer products of
+// their bits taken four apart: each bit of such a product sums at most
+// eight terms, which fit below the next bit kept, so no carry reaches it.
+func clmul32(a, b uint32) uint64 {
+	const m0, m1, m2, m3 = 0x11111111, 0x22222222, 0x44444444, 0x88888888
+	a0, a1, a2, a3 := uint64(a&m0), uint64(a&m1), uint64(a&m2), uint64(a&m3)
+	b0, b1, b2, b3 := uint64(b&m0), uint64(b&m1), uint64(b&m2), uint64(b&m3)
+	z0 := a0*b0 ^ a1*b3 ^ a2*b2 ^ a3*b1
+	z1 := a0*b1 ^ a1*b0 ^ a2*b3 ^ a3*b2
+	z2 := a0*b2 ^ a1*b1 ^ a2*b0 ^ a3*b3
+	z3 := a0*b3 ^ a1*b2 ^ a2*b1 ^ a3*b0
+	return z0&(m0|m0<<32) | z1&(m1|m1<<32) | z2&(m2|m2<<32) | z3&(m3|m3<<32)
 }
 
 // bytePowers[n] is x^(8n) mod P and byteInverses[n] x^(-8n) mod P, for

@@ -2,6 +2,7 @@ package chunkstore
 
 import (
 	"errors"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/sluicefs/sluice/chunkio"
@@ -46,6 +47,42 @@ func TestShiftCRC(t *testing.T) {
 		}
 	}
 }
+
+// TestGFMul checks the carry-less multiplication against the product taken
+// bit by bit, a term of a at a time.
+func TestGFMul(t *testing.T) {
+	slow := func(a, b uint32) uint32 {
+		var p uint32
+		for bit := uint32(1) << 31; bit != 0; bit >>= 1 { // x^0 first
+			if a&bit != 0 {
+				p ^= b
+			}
+			b = timesX(b)
+		}
+		return p
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	edge := []uint32{0, 1, 1 << 31, 0xffffffff, castagnoli, 0x80000001, 0x7fffffff}
+	for i := range 20000 {
+		a, b := rng.Uint32(), rng.Uint32()
+		if i < len(edge)*len(edge) {
+			a, b = edge[i/len(edge)], edge[i%len(edge)]
+		}
+		if got, want := gfMul(a, b), slow(a, b); got != want {
+			t.Fatalf("gfMul(%#x, %#x) = %#x, want %#x", a, b, got, want)
+		}
+	}
+}
+
+func BenchmarkShiftCRC(b *testing.B) {
+	crc := uint32(0xdeadbeef)
+	for i := 0; b.Loop(); i++ {
+		crc = shiftCRC(crc, uint32(i)%blockSize)
+	}
+	sink = crc
+}
+
+var sink uint32
 
 // spanRanges are ranges of a version of length size: aligned and not,
 // within one block, across several, ending the chunk, empty.
