@@ -1,7 +1,6 @@
 package chunkstore
 
 import (
-	"container/list"
 	"sync"
 	"sync/atomic"
 
@@ -12,11 +11,14 @@ import (
 // written in place and never replaced, so an open descriptor (and a
 // mapping of the file) stays right for as long as the chunk exists (Remove
 // evicts). It saves an open and a close per read, which is most of a small
-// read's cost. Closing a file unmaps it.
+// read's cost. Closing a file unmaps it. Beyond max files, one not read
+// since the last sweep passed it is closed (CLOCK's second chance): a hit
+// sets a flag in the entry it already touches, where moving the entry to
+// the front of a list touched two more, each a cache miss when shuffled
+// reads spread over many chunks.
 type fileCache struct {
 	mu    sync.Mutex
 	max   int
-	lru   *list.List // of *cachedFile, most recent first
 	files map[fileKey]*cachedFile
 }
 
@@ -30,7 +32,7 @@ type cachedFile struct {
 	f       File
 	refs    int
 	evicted bool
-	elem    *list.Element
+	used    bool // read since the sweep last passed it
 
 	mapOnce sync.Once
 	mapped  []byte // the file's mapping (see view), nil if none
@@ -68,7 +70,7 @@ func (cf *cachedFile) view(n int) ([]byte, error) {
 }
 
 func newFileCache(max int) *fileCache {
-	return &fileCache{max: max, lru: list.New(), files: map[fileKey]*cachedFile{}}
+	return &fileCache{max: max, files: map[fileKey]*cachedFile{}}
 }
 
 // get returns the open file for k, opening it with open if need be. The
@@ -77,7 +79,7 @@ func (c *fileCache) get(k fileKey, open func() (File, error)) (*cachedFile, erro
 	c.mu.Lock()
 	if cf := c.files[k]; cf != nil {
 		cf.refs++
-		c.lru.MoveToFront(cf.elem)
+		cf.used = true
 		c.mu.Unlock()
 		return cf, nil
 	}
@@ -91,16 +93,31 @@ func (c *fileCache) get(k fileKey, open func() (File, error)) (*cachedFile, erro
 	if cf := c.files[k]; cf != nil { // opened meanwhile by another reader
 		f.Close()
 		cf.refs++
+		cf.used = true
 		return cf, nil
 	}
-	cf := &cachedFile{key: k, f: f, refs: 1}
-	cf.size.Store(-1)
-	cf.elem = c.lru.PushFront(cf)
-	c.files[k] = cf
-	for c.lru.Len() > c.max {
-		c.evictLocked(c.lru.Back().Value.(*cachedFile))
+	if len(c.files) >= c.max {
+		c.sweepLocked()
 	}
+	cf := &cachedFile{key: k, f: f, refs: 1, used: true}
+	cf.size.Store(-1)
+	c.files[k] = cf
 	return cf, nil
+}
+
+// sweepLocked evicts one file: the first not read since the sweep last
+// passed it, clearing the flag of each that was (in the map's order, which
+// Go starts at random; a second round finds one if the first cleared all).
+func (c *fileCache) sweepLocked() {
+	for range 2 {
+		for _, cf := range c.files {
+			if !cf.used {
+				c.evictLocked(cf)
+				return
+			}
+			cf.used = false
+		}
+	}
 }
 
 func (c *fileCache) put(cf *cachedFile) {
@@ -117,7 +134,6 @@ func (c *fileCache) evictLocked(cf *cachedFile) {
 		return
 	}
 	cf.evicted = true
-	c.lru.Remove(cf.elem)
 	delete(c.files, cf.key)
 	if cf.refs == 0 {
 		cf.f.Close()
