@@ -8,7 +8,10 @@ Each round runs every phase in every directory before the next round, so
 a slow spell on this shared machine hits every system alike. Phases:
 create (open O_CREAT|O_EXCL, write 4 KiB, close), stat, unlink, each
 one file at a time as `cp`, `stat` and `rm` do; then create with
---writers processes at once (creates/s). Prints one JSON object: seconds
+--writers processes at once, all in the one directory (creates/s; the
+kernel holds a directory's lock across each create's lookup and create,
+so these take turns) and each in a directory of its own
+(create_parallel_dirs, as sharded datasets lay files out). Prints one JSON object: seconds
 per phase per system (median and range) and each system's ratio to the
 first one named.
 """
@@ -47,18 +50,28 @@ def timed(fn, *args):
     return time.perf_counter() - t0
 
 
-def parallel_create(d, names, writers):
+def parallel_create(d, names, writers, own_dirs=False):
     parts = [names[i::writers] for i in range(writers)]
+    dirs = [d] * writers
+    if own_dirs:
+        dirs = [os.path.join(d, f"w{i}") for i in range(writers)]
+        for w in dirs:
+            os.mkdir(w)
     ctx = mp.get_context("fork")
     t0 = time.perf_counter()
-    procs = [ctx.Process(target=create, args=(d, p)) for p in parts]
+    procs = [ctx.Process(target=create, args=(w, p)) for w, p in zip(dirs, parts)]
     for p in procs:
         p.start()
     for p in procs:
         p.join()
         if p.exitcode != 0:
             raise SystemExit(f"a writer in {d} failed")
-    return time.perf_counter() - t0
+    dt = time.perf_counter() - t0
+    if own_dirs:
+        for w, p in zip(dirs, parts):
+            unlink(w, p)
+            os.rmdir(w)
+    return dt
 
 
 def main():
@@ -70,7 +83,7 @@ def main():
     a = ap.parse_args()
     systems = [s.split("=", 1) for s in a.dirs]
     names = [f"f{i:06d}" for i in range(a.files)]
-    times = {n: {p: [] for p in ("create", "stat", "unlink", "create_parallel")} for n, _ in systems}
+    times = {n: {p: [] for p in ("create", "stat", "unlink", "create_parallel", "create_parallel_dirs")} for n, _ in systems}
     for r in range(a.rounds):
         for name, base in systems:
             d = os.path.join(base, f"smallfiles-{os.getpid()}-{r}")
@@ -81,6 +94,7 @@ def main():
             t["unlink"].append(timed(unlink, d, names))
             t["create_parallel"].append(parallel_create(d, names, a.writers))
             unlink(d, names)
+            t["create_parallel_dirs"].append(parallel_create(d, names, a.writers, own_dirs=True))
             os.rmdir(d)
     first = systems[0][0]
     out = {"files": a.files, "rounds": a.rounds, "writers": a.writers, "systems": {}}
@@ -89,7 +103,8 @@ def main():
         for phase, ts in times[name].items():
             s[phase] = {"median_s": statistics.median(ts), "min_s": min(ts), "max_s": max(ts)}
             s[phase]["x_" + first] = statistics.median(ts) / statistics.median(times[first][phase])
-        s["create_parallel"]["creates_per_s"] = a.files / s["create_parallel"]["median_s"]
+        for phase in ("create_parallel", "create_parallel_dirs"):
+            s[phase]["creates_per_s"] = a.files / s[phase]["median_s"]
         out["systems"][name] = s
     print(json.dumps(out, indent=1))
 

@@ -51,6 +51,10 @@ type serverConfig struct {
 		// target (default 1).
 		MaxMoves          int `json:"max_moves"`
 		MaxMovesPerTarget int `json:"max_moves_per_target"`
+		// SnapshotEvery is how many log entries the replica applies
+		// between snapshots of the namespace (default 8192). Each
+		// snapshot writes the whole namespace.
+		SnapshotEvery uint64 `json:"snapshot_every"`
 	} `json:"meta"`
 	Storage struct {
 		Cluster      string   `json:"cluster"`
@@ -110,7 +114,7 @@ given, must be the node's.`,
 				}
 				c, err := cluster.StartControl(cmd.Context(), cluster.ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), ID: m.ID, RaftBind: m.RaftBind,
 					Listen: m.Listen, Token: token, Members: m.Members, ChunkSize: m.ChunkSize, Stripe: m.Stripe, ExpectTargets: m.ExpectTargets, Replicas: m.Replicas,
-					CollectDelay: delay, Moves: mgmtd.PlannerConfig{MaxMoves: m.MaxMoves, MaxPerTarget: m.MaxMovesPerTarget}, Logger: logger})
+					CollectDelay: delay, SnapshotEvery: m.SnapshotEvery, Moves: mgmtd.PlannerConfig{MaxMoves: m.MaxMoves, MaxPerTarget: m.MaxMovesPerTarget}, Logger: logger})
 				if err != nil {
 					return err
 				}

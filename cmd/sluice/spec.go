@@ -54,6 +54,10 @@ type clusterSpec struct {
 	// part in (default 1).
 	MaxMoves          int `yaml:"max_moves"`
 	MaxMovesPerTarget int `yaml:"max_moves_per_target"`
+	// SnapshotEvery is how many log entries a control-plane replica
+	// applies between snapshots of the namespace, each of which writes the
+	// whole namespace (default 8192).
+	SnapshotEvery uint64 `yaml:"snapshot_every"`
 	// DropLeft is how long a target is out of a chain a replica move took
 	// it from before its chunks of the chain are removed, as Go writes
 	// durations (default "10m").
@@ -192,6 +196,7 @@ func (s *clusterSpec) serverConfig(name string) (serverConfig, string, error) {
 		}
 		cm.CollectDelay = s.CollectDelay
 		cm.MaxMoves, cm.MaxMovesPerTarget = s.MaxMoves, s.MaxMovesPerTarget
+		cm.SnapshotEvery = s.SnapshotEvery
 		return cfg, "meta", nil
 	}
 	for _, st := range s.Storage {

@@ -152,7 +152,10 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		conf := map[string]any{"dir": p.Dir, "token_file": tokenFile}
 		if p.Role == "meta" {
 			conf["meta"] = map[string]any{"id": p.Name, "raft_bind": p.Raft, "listen": p.Addr, "members": members,
-				"chunk_size": cfg.ChunkSize, "stripe": cfg.Stripe, "expect_targets": cfg.Nodes, "replicas": cfg.Replicas}
+				"chunk_size": cfg.ChunkSize, "stripe": cfg.Stripe, "expect_targets": cfg.Nodes, "replicas": cfg.Replicas,
+				// Snapshots often, so that replicas restarted or cut off
+				// under the faults catch up from them, not only from logs.
+				"snapshot_every": 64}
 		} else {
 			conf["storage"] = map[string]any{"cluster": cluster, "node_id": p.Name, "fabric_listen": p.Addr,
 				"targets": []uint32{p.Target}, "chunk_size": cfg.ChunkSize}

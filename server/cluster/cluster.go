@@ -92,6 +92,9 @@ type ControlConfig struct {
 	// collector ends its write sessions (meta.CollectorConfig; default
 	// fsmeta.ReadLease). Shorter only for tests whose clients renew faster.
 	ClientLease time.Duration
+	// SnapshotEvery is how many log entries the replica applies between
+	// snapshots of the namespace (meta.ReplicaConfig; default 8192).
+	SnapshotEvery uint64
 	// Moves throttles replica moves (drain, rebalance); its Logger is
 	// Logger.
 	Moves  mgmtd.PlannerConfig
@@ -141,7 +144,8 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	}
 	var err error
 	c.replica, err = meta.StartReplica(meta.ReplicaConfig{ID: cfg.ID, Dir: cfg.Dir, Bind: cfg.RaftBind,
-		RootLayout: &metapb.Layout{ChainTable: 1, ChunkSize: uint32(cfg.ChunkSize), Stripe: uint32(cfg.Stripe)}, Fast: true, Logger: cfg.Logger})
+		RootLayout: &metapb.Layout{ChainTable: 1, ChunkSize: uint32(cfg.ChunkSize), Stripe: uint32(cfg.Stripe)}, Fast: true,
+		SnapshotEvery: cfg.SnapshotEvery, Logger: cfg.Logger})
 	if err != nil {
 		return fail(err)
 	}

@@ -17,7 +17,7 @@ import (
 func TestMembership(t *testing.T) {
 	dir := t.TempDir()
 	start := func(id string) *Replica {
-		r, err := StartReplica(ReplicaConfig{ID: id, Dir: filepath.Join(dir, id), Bind: "127.0.0.1:0", RootLayout: rootLayout, Fast: true})
+		r, err := StartReplica(ReplicaConfig{ID: id, Dir: filepath.Join(dir, id), Bind: "127.0.0.1:0", RootLayout: rootLayout, Fast: true, SnapshotEvery: 64})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -36,6 +36,12 @@ type ReplicaConfig struct {
 	RootLayout *metapb.Layout
 	// Fast shortens Raft's timeouts, for tests on one machine.
 	Fast bool
+	// SnapshotEvery is how many log entries the replica applies between
+	// snapshots of the namespace, and about how many it keeps behind the
+	// last one for followers that lag (default 8192, Raft's). A snapshot
+	// writes the whole namespace, so it must come rarely next to the
+	// writes that fill the log; tests set it low to exercise snapshots.
+	SnapshotEvery uint64
 	// Logger receives Raft's warnings and errors and Pebble's errors
 	// (default slog.Default()); their informational chatter is dropped.
 	Logger *slog.Logger
@@ -100,7 +106,11 @@ func StartReplica(cfg ReplicaConfig) (*Replica, error) {
 	if cfg.Fast {
 		rc.HeartbeatTimeout, rc.ElectionTimeout = 150*time.Millisecond, 150*time.Millisecond
 		rc.LeaderLeaseTimeout, rc.CommitTimeout = 100*time.Millisecond, 5*time.Millisecond
-		rc.SnapshotThreshold, rc.TrailingLogs, rc.SnapshotInterval = 64, 32, 100*time.Millisecond
+	}
+	if n := cfg.SnapshotEvery; n > 0 {
+		// Checked for often, as the threshold is low only where a test
+		// wants snapshots to happen.
+		rc.SnapshotThreshold, rc.TrailingLogs, rc.SnapshotInterval = n, max(n/2, 1), 100*time.Millisecond
 	}
 	if r.raft, err = raft.NewRaft(rc, r.fsm, r.store, r.store, snaps, r.trans); err != nil {
 		return fail(err)

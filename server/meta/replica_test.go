@@ -22,7 +22,7 @@ func startReplicas(t *testing.T, n int) ([]*Replica, []ReplicaConfig) {
 	var cfgs []ReplicaConfig
 	members := map[string]string{}
 	for i := 0; i < n; i++ {
-		cfg := ReplicaConfig{ID: fmt.Sprint("m", i), Dir: filepath.Join(dir, fmt.Sprint(i)), Bind: "127.0.0.1:0", RootLayout: rootLayout, Fast: true}
+		cfg := ReplicaConfig{ID: fmt.Sprint("m", i), Dir: filepath.Join(dir, fmt.Sprint(i)), Bind: "127.0.0.1:0", RootLayout: rootLayout, Fast: true, SnapshotEvery: 64}
 		r, err := StartReplica(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -226,3 +226,39 @@ func TestReplicatedNamespace(t *testing.T) {
 }
 
 func quietSlog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// TestSnapshotEvery: a snapshot writes the whole namespace, so a replica
+// takes one only after SnapshotEvery entries (default 8192): none after a
+// few hundred by default, and some with SnapshotEvery 64, as tests ask.
+func TestSnapshotEvery(t *testing.T) {
+	snapshotted := map[uint64]bool{}
+	for _, every := range []uint64{0, 64} {
+		cfg := ReplicaConfig{ID: "s", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: rootLayout, Fast: true, SnapshotEvery: every}
+		r, err := StartReplica(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Bootstrap(map[string]string{"s": r.Addr()}); err != nil {
+			t.Fatal(err)
+		}
+		rs := []*Replica{r}
+		for i := range 300 {
+			if res := do(t, rs, &metapb.Command{Op: &metapb.Command_Create{Create: &metapb.CreateOp{Parent: RootIno, Name: fmt.Sprint("f", i)}}}); res.Code != 0 {
+				t.Fatalf("create: %v", res)
+			}
+		}
+		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+			if r.raft.Stats()["last_snapshot_index"] != "0" {
+				snapshotted[every] = true
+				break
+			}
+		}
+		r.Close()
+	}
+	if snapshotted[0] {
+		t.Error("a replica with the default SnapshotEvery snapshotted after 300 entries")
+	}
+	if !snapshotted[64] {
+		t.Error("a replica with SnapshotEvery 64 took no snapshot after 300 entries")
+	}
+}
