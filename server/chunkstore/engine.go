@@ -110,7 +110,7 @@ func OpenEngine(cfg EngineConfig) (*Engine, error) {
 	if err := e.fs.MkdirAll(e.chunks); err != nil {
 		return nil, fmt.Errorf("open target %s: %w", cfg.Dir, err)
 	}
-	db, err := pebbledb.Open(join(cfg.Dir, "meta"), cfg.Logger)
+	db, err := pebbledb.Open(join(cfg.Dir, "meta"), cfg.Logger, 0) // chunk records are cached above it (metas)
 	if err != nil {
 		return nil, fmt.Errorf("open target %s metadata: %w", cfg.Dir, err)
 	}

@@ -383,7 +383,7 @@ func TestEngineSettlesAfterReboot(t *testing.T) {
 			return bytes.Clone(v)
 		}
 		putBack := func(id chunkio.ID, rec []byte) { // the lost record
-			db, err := pebbledb.Open(filepath.Join(dir, "meta"), nil)
+			db, err := pebbledb.Open(filepath.Join(dir, "meta"), nil, 0)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -47,6 +47,13 @@ type ReplicaConfig struct {
 	Logger *slog.Logger
 }
 
+// namespaceCache is the namespace store's block cache. Every command and
+// lookup reads it (a create looks its name up first), one at a time on
+// the apply path: with Pebble's default 8 MiB, a namespace of 300,000
+// files spent a third of the replica's CPU reading blocks again
+// (BenchmarkMetaSnapshots: 1.2x the creates a second with this).
+const namespaceCache = 64 << 20
+
 // Replica is one member of the metadata Raft group: the Raft node, its
 // Pebble log and the namespace state machine.
 type Replica struct {
@@ -83,7 +90,7 @@ func StartReplica(cfg ReplicaConfig) (*Replica, error) {
 	if r.store, err = raftstore.Open(filepath.Join(cfg.Dir, "raft"), cfg.Logger); err != nil {
 		return fail(err)
 	}
-	if r.fsmDB, err = pebbledb.Open(filepath.Join(cfg.Dir, "state"), cfg.Logger); err != nil {
+	if r.fsmDB, err = pebbledb.Open(filepath.Join(cfg.Dir, "state"), cfg.Logger, namespaceCache); err != nil {
 		return fail(fmt.Errorf("open namespace state: %w", err))
 	}
 	if r.fsm, err = NewFSM(r.fsmDB, cfg.RootLayout); err != nil {

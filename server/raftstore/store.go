@@ -30,7 +30,7 @@ var (
 // Open opens (or creates) the store in dir; Pebble's errors go to log (nil:
 // slog.Default()).
 func Open(dir string, log *slog.Logger) (*Store, error) {
-	db, err := pebbledb.Open(dir, log)
+	db, err := pebbledb.Open(dir, log, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open raft store %s: %w", dir, err)
 	}

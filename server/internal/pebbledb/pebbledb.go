@@ -13,12 +13,13 @@ import (
 // (a failed flush or compaction: a failing disk) go to log at error level,
 // and a disk slow to answer or a write stall at warn level (nil log:
 // slog.Default()); its informational chatter is dropped. Callers wrap the
-// returned error with what the store is for.
-func Open(dir string, log *slog.Logger) (*pebble.DB, error) {
-	return open(dir, vfs.Default, log)
+// returned error with what the store is for. cacheBytes sizes the store's
+// block cache (0: Pebble's default, 8 MiB).
+func Open(dir string, log *slog.Logger, cacheBytes int64) (*pebble.DB, error) {
+	return open(dir, vfs.Default, log, cacheBytes)
 }
 
-func open(dir string, fs vfs.FS, log *slog.Logger) (*pebble.DB, error) {
+func open(dir string, fs vfs.FS, log *slog.Logger, cacheBytes int64) (*pebble.DB, error) {
 	if log == nil {
 		log = slog.Default()
 	}
@@ -31,7 +32,7 @@ func open(dir string, fs vfs.FS, log *slog.Logger) (*pebble.DB, error) {
 			log.Warn("pebble: write stall", "reason", info.Reason)
 		},
 	}
-	return pebble.Open(dir, &pebble.Options{FS: fs, Logger: Logger{log}, EventListener: events})
+	return pebble.Open(dir, &pebble.Options{FS: fs, Logger: Logger{log}, EventListener: events, CacheSize: cacheBytes})
 }
 
 // Logger is a pebble.Logger on slog: errors are logged at error level,

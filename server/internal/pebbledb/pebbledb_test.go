@@ -35,7 +35,7 @@ func TestErrorsLogged(t *testing.T) {
 		}
 		return nil
 	}))
-	db, err := open(dir, fs, slog.New(slog.NewTextHandler(logFile, nil)))
+	db, err := open(dir, fs, slog.New(slog.NewTextHandler(logFile, nil)), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
