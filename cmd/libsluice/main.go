@@ -108,8 +108,8 @@ func sluice_version() *C.char { return cVersion }
 // sluice_procs sets how many threads at once the library's Go runtime
 // runs Go code on (runtime.GOMAXPROCS) when n > 0, and returns the number
 // it had. A process of several that share the machine's cores (a torch
-// worker) runs best on one: each call from Python then wakes no second
-// thread to take over the runtime's work.
+// worker) does better on one: the runtime then has fewer threads to wake
+// and park around each call from Python.
 //
 //export sluice_procs
 func sluice_procs(n C.int) C.int {

@@ -112,8 +112,8 @@ func overX(r uint32) uint32 {
 // of x^(62-k): its bits 31 to 62 are the terms below x^32 as they stand,
 // and bits 0 to 30 those from x^32 up, which four zero bytes through the
 // CRC table (each a multiplication by x^8) bring below x^32. A 4 KiB
-// sample read through an agent derives its CRC with four or five of these;
-// bit by bit they were 6% of the agent's CPU.
+// sample read through an agent derives its CRC with four or five of these
+// (14 ns each, against 114 bit by bit: BenchmarkShiftCRC).
 func gfMul(a, b uint32) uint32 {
 	v := clmul32(a, b)
 	h := uint32(v << 1)

@@ -37,10 +37,11 @@ type ReplicaConfig struct {
 	// Fast shortens Raft's timeouts, for tests on one machine.
 	Fast bool
 	// SnapshotEvery is how many log entries the replica applies between
-	// snapshots of the namespace, and about how many it keeps behind the
-	// last one for followers that lag (default 8192, Raft's). A snapshot
-	// writes the whole namespace, so it must come rarely next to the
-	// writes that fill the log; tests set it low to exercise snapshots.
+	// snapshots of the namespace (default 8192, Raft's); it keeps a
+	// quarter more behind the last one for followers that lag, and looks
+	// every SnapshotEvery × 15 ms (two minutes at the default, Raft's). A
+	// snapshot writes the whole namespace, so it must come rarely next to
+	// the writes that fill the log; tests set it low to exercise snapshots.
 	SnapshotEvery uint64
 	// Logger receives Raft's warnings and errors and Pebble's errors
 	// (default slog.Default()); their informational chatter is dropped.
@@ -115,9 +116,8 @@ func StartReplica(cfg ReplicaConfig) (*Replica, error) {
 		rc.LeaderLeaseTimeout, rc.CommitTimeout = 100*time.Millisecond, 5*time.Millisecond
 	}
 	if n := cfg.SnapshotEvery; n > 0 {
-		// Checked for often, as the threshold is low only where a test
-		// wants snapshots to happen.
-		rc.SnapshotThreshold, rc.TrailingLogs, rc.SnapshotInterval = n, max(n/2, 1), 100*time.Millisecond
+		rc.SnapshotThreshold, rc.TrailingLogs = n, n+n/4
+		rc.SnapshotInterval = time.Duration(n) * 15 * time.Millisecond
 	}
 	if r.raft, err = raft.NewRaft(rc, r.fsm, r.store, r.store, snaps, r.trans); err != nil {
 		return fail(err)

@@ -232,7 +232,7 @@ func quietSlog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, 
 // few hundred by default, and some with SnapshotEvery 64, as tests ask.
 func TestSnapshotEvery(t *testing.T) {
 	snapshotted := map[uint64]bool{}
-	for _, every := range []uint64{0, 64} {
+	for _, every := range []uint64{64, 0} {
 		cfg := ReplicaConfig{ID: "s", Dir: t.TempDir(), Bind: "127.0.0.1:0", RootLayout: rootLayout, Fast: true, SnapshotEvery: every}
 		r, err := StartReplica(cfg)
 		if err != nil {
@@ -247,7 +247,13 @@ func TestSnapshotEvery(t *testing.T) {
 				t.Fatalf("create: %v", res)
 			}
 		}
-		for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		// 64 entries are looked for every 0.96 s (Raft adds up to as much
+		// again); the old test settings looked every 100 ms.
+		wait := 6 * time.Second
+		if every == 0 {
+			wait = 2 * time.Second
+		}
+		for deadline := time.Now().Add(wait); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 			if r.raft.Stats()["last_snapshot_index"] != "0" {
 				snapshotted[every] = true
 				break
