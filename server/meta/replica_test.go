@@ -247,7 +247,7 @@ func TestSnapshotEvery(t *testing.T) {
 				t.Fatalf("create: %v", res)
 			}
 		}
-		// 64 entries are looked for every 0.96 s (Raft adds up to as much
+		// 64 entries are looked for every 0.24 s (Raft adds up to as much
 		// again); the old test settings looked every 100 ms.
 		wait := 6 * time.Second
 		if every == 0 {
