@@ -456,8 +456,6 @@ class _Receiver:
             mm = mmap.mmap(fd, os.fstat(fd).st_size, mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
             os.close(fd)
-        with contextlib.suppress(AttributeError, OSError):
-            mm.madvise(mmap.MADV_HUGEPAGE)  # mapped as the worker maps it: huge pages where the kernel allows
         self.maps[key] = mm
         return mm
 
