@@ -26,8 +26,8 @@ Systems (how each reads a shuffled epoch of batches):
   torch-files       one file per sample, torch DataLoader(num_workers=2,
                     shuffle=True, persistent workers)
 
-Environment: ROUNDS (3), SIZES ("4KiB,128KiB,1MiB"), SYSTEMS (all),
-N_4KiB (50000), N_128KiB (2000), N_1MiB (256), OUT (benchmarks/results),
+Environment: ROUNDS (5), SIZES ("4KiB,128KiB,1MiB"), SYSTEMS (all),
+N_4KiB (200000), N_128KiB (8000), N_1MiB (512), OUT (benchmarks/results),
 AGENT_PROCESS (when set, the sluice-*-agent systems read through a `sluice
 agent` process of their own, over TCP to the cluster, as on a training host
 with storage elsewhere, instead of `sluice dev`'s agent), HUGEPAGES (as root:
@@ -63,9 +63,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import devcluster  # noqa: E402
 
 SLUICE = os.path.join(REPO, "bin", "sluice")
-ROUNDS = int(os.environ.get("ROUNDS", 3))
+ROUNDS = int(os.environ.get("ROUNDS", 5))
 SIZES = {"4KiB": (4 << 10, 256), "128KiB": (128 << 10, 128), "1MiB": (1 << 20, 32)}  # bytes, batch size
-COUNTS = {"4KiB": 50000, "128KiB": 2000, "1MiB": 256}
+# Epochs long enough that a round is not a system's start-up (an epoch of
+# 50,000 × 4 KiB or 2,000 × 128 KiB took a tenth of a second or two, and
+# per-round ratios spread 0.6-1.2): 800 MiB, 1 GiB and 512 MiB.
+COUNTS = {"4KiB": 200000, "128KiB": 8000, "1MiB": 512}
 
 
 class Check:
