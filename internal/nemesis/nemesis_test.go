@@ -55,7 +55,8 @@ func envOr(name, def string) string {
 // the short run of `make test`: three seeds of 15 s of faults. `make
 // chaos` sets NEMESIS_SEEDS, NEMESIS_DURATION, NEMESIS_SCENARIO (mixed;
 // none, the workload without faults; or a comma-separated list of fault
-// kinds), NEMESIS_CLIENTS.
+// kinds), NEMESIS_CLIENTS; NEMESIS_SNAPSHOT_EVERY sets the meta replicas'
+// snapshot_every (default 64; -1: the server's own default).
 //
 // A failed seed keeps its directory (history.jsonl, report.txt,
 // final-map.json, every process's log) and names it; a passing one is
@@ -87,6 +88,10 @@ func TestNemesis(t *testing.T) {
 	if err != nil {
 		t.Fatalf("NEMESIS_CLIENTS: %v", err)
 	}
+	snapshotEvery, err := strconv.Atoi(envOr("NEMESIS_SNAPSHOT_EVERY", "0"))
+	if err != nil {
+		t.Fatalf("NEMESIS_SNAPSHOT_EVERY: %v", err)
+	}
 	var summaries []string
 	for _, s := range strings.Fields(envOr("NEMESIS_SEEDS", "1 2 3")) {
 		seed, err := strconv.ParseUint(s, 10, 64)
@@ -112,7 +117,8 @@ func TestNemesis(t *testing.T) {
 			}
 			defer logf.Close()
 			rep, err := Run(ctx, Config{Bin: sluiceBin, Dir: dir, Seed: seed, Scenario: scenario, Faults: faults, Duration: duration,
-				Workload: WorkloadConfig{Clients: clients}, Logger: slog.New(slog.NewTextHandler(logf, nil))})
+				Workload: WorkloadConfig{Clients: clients}, Cluster: ClusterConfig{SnapshotEvery: snapshotEvery},
+				Logger: slog.New(slog.NewTextHandler(logf, nil))})
 			summaries = append(summaries, rep.Summary())
 			t.Log(rep.Summary())
 			failed := rep.Failed()

@@ -38,6 +38,10 @@ type ClusterConfig struct {
 	ChunkSize int    // [64 KiB]
 	Stripe    int    // [4]
 	LogLevel  string // each process's --log-level [info]
+	// SnapshotEvery is the meta replicas' snapshot_every [64: often, so
+	// that replicas restarted or cut off under the faults catch up from
+	// snapshots, not only from logs]; negative: the server's default.
+	SnapshotEvery int
 	// Tmpfs targets get a tmpfs of TmpfsSize bytes [256 MiB] mounted as
 	// their directory before the first start, so that their disk can be
 	// filled (FillDisk); mounting needs root.
@@ -106,6 +110,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "info"
 	}
+	if cfg.SnapshotEvery == 0 {
+		cfg.SnapshotEvery = 64
+	}
 	if cfg.TmpfsSize <= 0 {
 		cfg.TmpfsSize = 256 << 20
 	}
@@ -152,10 +159,10 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (*Cluster, error) {
 		conf := map[string]any{"dir": p.Dir, "token_file": tokenFile}
 		if p.Role == "meta" {
 			conf["meta"] = map[string]any{"id": p.Name, "raft_bind": p.Raft, "listen": p.Addr, "members": members,
-				"chunk_size": cfg.ChunkSize, "stripe": cfg.Stripe, "expect_targets": cfg.Nodes, "replicas": cfg.Replicas,
-				// Snapshots often, so that replicas restarted or cut off
-				// under the faults catch up from them, not only from logs.
-				"snapshot_every": 64}
+				"chunk_size": cfg.ChunkSize, "stripe": cfg.Stripe, "expect_targets": cfg.Nodes, "replicas": cfg.Replicas}
+			if cfg.SnapshotEvery > 0 {
+				conf["meta"].(map[string]any)["snapshot_every"] = cfg.SnapshotEvery
+			}
 		} else {
 			conf["storage"] = map[string]any{"cluster": cluster, "node_id": p.Name, "fabric_listen": p.Addr,
 				"targets": []uint32{p.Target}, "chunk_size": cfg.ChunkSize}
