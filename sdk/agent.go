@@ -61,6 +61,7 @@ type Agent struct {
 	closeOnce sync.Once
 	closed    chan struct{}
 	closeErr  error
+	hinted    sync.Once // the huge-page hint (hugeHint)
 }
 
 // NewAgent starts an agent for c at cfg.Path; it serves until Close.
@@ -147,7 +148,26 @@ func (a *Agent) attach(ss *shmring.Session) (shmring.Serving, error) {
 		return nil, fmt.Errorf("register the Iov: %w", err)
 	}
 	a.cfg.Logger.Debug("agent: client attached", "client", ss.ID(), "iov", len(ss.Iov()), "huge", ss.Huge())
+	if !ss.Huge() && len(ss.Iov()) >= 2<<20 && !transparentHuge() {
+		a.hugeHint(ss.ID())
+	}
 	return &agentClient{a: a, id: ss.ID(), iov: &Buffer{B: ss.Iov(), mr: mr}, files: map[uint64]*File{}}, nil
+}
+
+// transparentHuge is shmring.TransparentHuge; a test sets it rather than
+// the kernel's setting, which other packages' tests change.
+var transparentHuge = shmring.TransparentHuge
+
+// hugeHint tells the operator, once, that clients' memory is on 4 KiB
+// pages where huge ones were to be had: a loader's pass over large
+// samples is 10-20% faster on them (BENCHMARKS.md, "Huge pages for the
+// loader's memory").
+func (a *Agent) hugeHint(client uint64) {
+	a.hinted.Do(func() {
+		a.cfg.Logger.Info("agent: a client's memory is on 4 KiB pages; loaders of large samples read faster on huge pages: "+
+			"reserve some (echo N > /proc/sys/vm/nr_hugepages) or allow transparent ones for shared memory "+
+			"(echo advise > /sys/kernel/mm/transparent_hugepage/shmem_enabled)", "client", client)
+	})
 }
 
 // agentRequest is a control message from an application; agentReply the

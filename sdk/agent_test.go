@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -434,5 +435,39 @@ func TestAgentBatchBytes(t *testing.T) {
 	}
 	if got := agentBatchBytes(near); got >= 0 {
 		t.Errorf("in process: %d bytes a batch, want no bound", got)
+	}
+}
+
+// TestAgentHugePageHint: an agent whose clients' memory is on 4 KiB pages
+// where the kernel gives shared memory no huge pages says once how to get
+// them; where it does, the agent says nothing. (The kernel's setting is
+// stood in for: shmring's tests change the real one.)
+func TestAgentHugePageHint(t *testing.T) {
+	defer func(f func() bool) { transparentHuge = f }(transparentHuge)
+	cl := testClient(t)
+	for _, tc := range []struct {
+		thp   bool
+		hints int
+	}{{false, 1}, {true, 0}} {
+		transparentHuge = func() bool { return tc.thp }
+		var logs bytes.Buffer
+		sock := filepath.Join(t.TempDir(), "agent.sock")
+		a, err := NewAgent(cl, AgentConfig{Path: sock, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 2 { // two clients, one hint
+			ac, err := DialAgent(sock, 4<<20, 64, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitClients(t, a, 1)
+			ac.Close()
+			waitClients(t, a, 0)
+		}
+		a.Close()
+		if got := strings.Count(logs.String(), "allow transparent ones for shared memory"); got != tc.hints {
+			t.Errorf("transparent huge pages %v: %d hints, want %d; log:\n%s", tc.thp, got, tc.hints, logs.String())
+		}
 	}
 }

@@ -2,6 +2,8 @@ package shmring
 
 import (
 	"fmt"
+	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -36,6 +38,35 @@ func NewSegment(name string, size int, wantHuge bool) (*Segment, error) {
 		size = roundUp(size, hugePage) // whole huge pages, where the kernel gives them (adviseHuge)
 	}
 	return newSegment(name, roundUp(size, unix.Getpagesize()), unix.MFD_ALLOW_SEALING)
+}
+
+// ShmemTHP is the kernel's setting for transparent huge pages in shared
+// memory (ShmemTHPMode reads it).
+const ShmemTHP = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
+
+// ShmemTHPMode is the kernel's current mode for transparent huge pages in
+// shared memory (never, advise, always, within_size, deny, force), or ""
+// where it cannot be read.
+func ShmemTHPMode() string {
+	b, err := os.ReadFile(ShmemTHP)
+	if err != nil {
+		return ""
+	}
+	mode := string(b)
+	if i, j := strings.IndexByte(mode, '['), strings.IndexByte(mode, ']'); i >= 0 && j > i {
+		mode = mode[i+1 : j] // the file lists every mode, the current one in brackets
+	}
+	return strings.TrimSpace(mode)
+}
+
+// TransparentHuge reports whether the kernel gives segments on normal
+// pages transparent huge pages (see adviseHuge).
+func TransparentHuge() bool {
+	switch ShmemTHPMode() {
+	case "advise", "always", "within_size", "force":
+		return true
+	}
+	return false
 }
 
 // adviseHuge asks for transparent huge pages behind a mapping of a segment

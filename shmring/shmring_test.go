@@ -435,21 +435,14 @@ func TestControl(t *testing.T) {
 // on normal pages gets them through both its mappings, whichever side
 // touches the memory first.
 func TestTransparentHugePages(t *testing.T) {
-	const knob = "/sys/kernel/mm/transparent_hugepage/shmem_enabled"
-	old, err := os.ReadFile(knob)
-	if err != nil {
-		t.Skipf("no transparent huge pages for shared memory here: %v", err)
+	old := ShmemTHPMode()
+	if old == "" {
+		t.Skip("no transparent huge pages for shared memory here")
 	}
-	if err := os.WriteFile(knob, []byte("advise"), 0o644); err != nil {
+	if err := os.WriteFile(ShmemTHP, []byte("advise"), 0o644); err != nil {
 		t.Skipf("cannot allow transparent huge pages (%v): run as root to test them", err)
 	}
-	defer func() {
-		mode := string(old)
-		if i, j := strings.IndexByte(mode, '['), strings.IndexByte(mode, ']'); i >= 0 && j > i {
-			mode = mode[i+1 : j] // the file shows every mode, the current one in brackets
-		}
-		os.WriteFile(knob, []byte(mode), 0o644)
-	}()
+	defer os.WriteFile(ShmemTHP, []byte(old), 0o644)
 	s, err := NewSegment("thp", 7<<20, false)
 	if err != nil {
 		t.Fatal(err)
