@@ -41,6 +41,7 @@ const (
 	XattrRange    fabric.Code = app + 113
 	XattrTooBig   fabric.Code = app + 114
 	NotSupported  fabric.Code = app + 115
+	NotInline     fabric.Code = app + 116
 )
 
 // Cluster management (mgmtd).

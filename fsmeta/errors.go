@@ -33,6 +33,10 @@ var (
 	// with those arguments (EOPNOTSUPP), such as an extended attribute
 	// outside the user, trusted and security namespaces.
 	ErrNotSupported = fabric.NewError(errcode.NotSupported, "meta: operation not supported")
+	// ErrNotInline refuses to keep a file's bytes inline (a close with
+	// its content): another write session is open on it, or the bytes are
+	// more than the service keeps. The writer stores them in chunks.
+	ErrNotInline = fabric.NewError(errcode.NotInline, "meta: file not kept inline")
 )
 
 // ErrNotLeader: this replica cannot take the request; the error names the

@@ -221,5 +221,7 @@ func (c *Client) open(ctx context.Context, op string, req *metapb.OpenRequest) (
 	// A session covers the file's first chunk; beyond it and its written
 	// mark, a writer reserves before it stores (File.reserve).
 	reserved := max(writtenMark(r.Inode), uint64(r.Inode.GetLayout().GetChunkSize()))
-	return &File{c: c, name: name, in: r.Inode, chains: r.Chains, session: r.Session, size: r.Inode.Size, reserved: reserved}, nil
+	f := &File{c: c, name: name, in: r.Inode, chains: r.Chains, session: r.Session, size: r.Inode.Size, reserved: reserved}
+	f.openSmall(r, write)
+	return f, nil
 }

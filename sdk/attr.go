@@ -172,6 +172,9 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	f.mu.Lock()
 	old := min(max(uint64(cur.Size()), f.size), max(cur.written, f.wrote))
 	f.mu.Unlock()
+	if f.truncateSmall(uint64(size)) {
+		old = 0 // its bytes are not in chunks, and the service cuts them
+	}
 	if uint64(size) < old {
 		if err := f.trim(ctx, uint64(size), old); err != nil {
 			return fmt.Errorf("truncate %s: %w", f.name, err)
@@ -224,6 +227,9 @@ func (f *File) Allocate(ctx context.Context, off, n int64, keepSize bool) error 
 func (f *File) PunchHole(ctx context.Context, off, n int64) error {
 	if off < 0 || n <= 0 {
 		return fmt.Errorf("punch a hole in %s: offset %d, length %d: %w", f.name, off, n, ErrInvalid)
+	}
+	if err := f.toChunks(ctx); err != nil {
+		return err
 	}
 	cur, err := f.c.StatAt(ctx, f.in.Ino, "")
 	if err != nil {

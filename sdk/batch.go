@@ -78,7 +78,12 @@ func (c *Client) writeOps(ctx context.Context, ops []WriteOp) []error {
 		}
 	}
 	for f, end := range ends {
-		if err := f.reserve(ctx, end); err != nil {
+		// Batched writes go to chunks: a small file's content goes first.
+		err := f.toChunks(ctx)
+		if err == nil {
+			err = f.reserve(ctx, end)
+		}
+		if err != nil {
 			for i, op := range ops {
 				if op.File == f && errs[i] == nil {
 					errs[i] = err
@@ -283,6 +288,10 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readRes
 		if res[i].Err = checkRead(op); res[i].Err != nil {
 			continue
 		}
+		if n, ok := op.File.readSmall(op.Buf.B[op.BufOff:op.BufOff+op.N], op.Off); ok {
+			res[i].N = n // its sum, when asked for, is taken below
+			continue
+		}
 		res[i].N = int(min(int64(op.N), max(0, op.File.Size()-op.Off)))
 		for _, pc := range op.File.pieces(op.Off, res[i].N, maxPiece) {
 			reads = append(reads, chunkio.BatchRead{Chain: op.File.chain(pc.index),
@@ -291,18 +300,18 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readRes
 			owner = append(owner, i)
 		}
 	}
+	var summed []bool // ops whose CRC is their one piece's, checked below
+	if sums {
+		summed = make([]bool, len(ops))
+	}
 	if len(reads) == 0 {
-		return res
+		return c.readDone(ops, res, summed)
 	}
 	ctx, done := c.call(ctx)
 	defer done()
 	// Per-node failures show as reads left with N -1; the batch's own
 	// error adds nothing to them.
 	_ = c.store.ReadBatch(ctx, reads)
-	var summed []bool // ops whose CRC is their one piece's, checked below
-	if sums {
-		summed = make([]bool, len(ops))
-	}
 	var fenced *Buffer
 	for k := range reads {
 		rd, op := &reads[k], ops[owner[k]]
@@ -332,10 +341,16 @@ func (c *Client) readOps(ctx context.Context, ops []ReadOp, sums bool) []readRes
 			res[owner[k]].CRC, summed[owner[k]] = rd.CRC, true
 		}
 	}
+	return c.readDone(ops, res, summed)
+}
+
+// readDone counts readOps' results and, when summed is not nil (sums
+// asked for), sums each op's bytes that summed says were not.
+func (c *Client) readDone(ops []ReadOp, res []readResult, summed []bool) []readResult {
 	for _, r := range res {
 		c.metrics.read(r.N, r.Err)
 	}
-	if sums {
+	if summed != nil {
 		for i, op := range ops {
 			if res[i].Err == nil && !summed[i] {
 				res[i].CRC = chunkio.CRC(op.Buf.B[op.BufOff : op.BufOff+res[i].N])

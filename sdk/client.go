@@ -317,6 +317,12 @@ type File struct {
 	closed   bool
 
 	reserving sync.Mutex // one reservation at a time (reserve)
+
+	// A small file's content, held here (inline.go); isSmall is small.on,
+	// read without the lock.
+	smallMu sync.Mutex
+	small   smallState
+	isSmall atomic.Bool
 }
 
 var (
@@ -339,6 +345,9 @@ func (f *File) Size() int64 {
 // wrote (which bounds the chunks the collector removes), and ends its write
 // session, or with keep (fsync) keeps it.
 func (c *Client) closeSession(ctx context.Context, f *File, keep bool) error {
+	if err := f.handOver(ctx, keep); !errors.Is(err, errInChunks) {
+		return err
+	}
 	f.mu.Lock()
 	size, wrote := f.size, f.wrote
 	f.mu.Unlock()

@@ -136,6 +136,13 @@ func (f *File) WriteAtContext(ctx context.Context, p []byte, off int64) (int, er
 	if err := f.CheckWrite(off, len(p)); err != nil {
 		return 0, err
 	}
+	if done, err := f.writeSmall(ctx, p, off); err != nil || done {
+		if err != nil {
+			return 0, err
+		}
+		f.c.metrics.wrote(len(p), nil)
+		return len(p), nil
+	}
 	if n, err := f.put(ctx, p, off); err != nil {
 		return n, err
 	}
@@ -238,6 +245,13 @@ func (f *File) ReadAt(p []byte, off int64) (int, error) {
 func (f *File) ReadAtContext(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("read %s: negative offset", f.name)
+	}
+	if n, ok := f.readSmall(p, off); ok {
+		f.c.metrics.read(n, nil)
+		if n < len(p) {
+			return n, io.EOF
+		}
+		return n, nil
 	}
 	size := f.Size()
 	if off >= size {

@@ -55,6 +55,10 @@ type serverConfig struct {
 		// between snapshots of the namespace (default 8192). Each
 		// snapshot writes the whole namespace.
 		SnapshotEvery uint64 `json:"snapshot_every"`
+		// InlineMax is the largest file whose bytes the metadata
+		// service keeps itself, written at close with no chunk (default
+		// 4096; -1: none).
+		InlineMax int `json:"inline_max"`
 	} `json:"meta"`
 	Storage struct {
 		Cluster      string   `json:"cluster"`
@@ -114,7 +118,7 @@ given, must be the node's.`,
 				}
 				c, err := cluster.StartControl(cmd.Context(), cluster.ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), ID: m.ID, RaftBind: m.RaftBind,
 					Listen: m.Listen, Token: token, Members: m.Members, ChunkSize: m.ChunkSize, Stripe: m.Stripe, ExpectTargets: m.ExpectTargets, Replicas: m.Replicas,
-					CollectDelay: delay, SnapshotEvery: m.SnapshotEvery, Moves: mgmtd.PlannerConfig{MaxMoves: m.MaxMoves, MaxPerTarget: m.MaxMovesPerTarget}, Logger: logger})
+					CollectDelay: delay, SnapshotEvery: m.SnapshotEvery, InlineMax: m.InlineMax, Moves: mgmtd.PlannerConfig{MaxMoves: m.MaxMoves, MaxPerTarget: m.MaxMovesPerTarget}, Logger: logger})
 				if err != nil {
 					return err
 				}

@@ -58,6 +58,10 @@ type clusterSpec struct {
 	// applies between snapshots of the namespace, each of which writes the
 	// whole namespace (default 8192).
 	SnapshotEvery uint64 `yaml:"snapshot_every"`
+	// InlineMax is the largest file whose bytes the metadata service
+	// keeps itself, written at close with no chunk (default 4096; -1:
+	// none).
+	InlineMax int `yaml:"inline_max"`
 	// DropLeft is how long a target is out of a chain a replica move took
 	// it from before its chunks of the chain are removed, as Go writes
 	// durations (default "10m").
@@ -197,6 +201,7 @@ func (s *clusterSpec) serverConfig(name string) (serverConfig, string, error) {
 		cm.CollectDelay = s.CollectDelay
 		cm.MaxMoves, cm.MaxMovesPerTarget = s.MaxMoves, s.MaxMovesPerTarget
 		cm.SnapshotEvery = s.SnapshotEvery
+		cm.InlineMax = s.InlineMax
 		return cfg, "meta", nil
 	}
 	for _, st := range s.Storage {

@@ -172,8 +172,12 @@ type Inode struct {
 	// past it were never written, so the collector and a shrinking truncate
 	// remove only the chunks below it. Absent on files from before it was
 	// kept, which count their size instead.
-	Written       *uint64 `protobuf:"varint,14,opt,name=written,proto3,oneof" json:"written,omitempty"`
-	Rdev          uint32  `protobuf:"varint,15,opt,name=rdev,proto3" json:"rdev,omitempty"` // device nodes: the device number (Linux encoding)
+	Written *uint64 `protobuf:"varint,14,opt,name=written,proto3,oneof" json:"written,omitempty"`
+	Rdev    uint32  `protobuf:"varint,15,opt,name=rdev,proto3" json:"rdev,omitempty"` // device nodes: the device number (Linux encoding)
+	// inline: files whose bytes the metadata store keeps (a small file's
+	// whole content, written at its close): how many, read from there and
+	// never from chunks; the file reads as them, then zeros up to size.
+	Inline        uint32 `protobuf:"varint,16,opt,name=inline,proto3" json:"inline,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +313,13 @@ func (x *Inode) GetWritten() uint64 {
 func (x *Inode) GetRdev() uint32 {
 	if x != nil {
 		return x.Rdev
+	}
+	return 0
+}
+
+func (x *Inode) GetInline() uint32 {
+	if x != nil {
+		return x.Inline
 	}
 	return 0
 }
@@ -984,7 +995,11 @@ type SessionOp struct {
 	Keep    bool                   `protobuf:"varint,5,opt,name=keep,proto3" json:"keep,omitempty"` // close_session: set the length, keep the session (fsync)
 	// close_session: the end of the bytes this session wrote (raises the
 	// file's written mark); absent from older clients, whose size counts.
-	Written       *uint64 `protobuf:"varint,6,opt,name=written,proto3,oneof" json:"written,omitempty"`
+	Written *uint64 `protobuf:"varint,6,opt,name=written,proto3,oneof" json:"written,omitempty"`
+	// close_session with inline: the file's whole content is data, kept in
+	// the metadata store, and its length is size.
+	Inline        bool   `protobuf:"varint,7,opt,name=inline,proto3" json:"inline,omitempty"`
+	Data          []byte `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1059,6 +1074,20 @@ func (x *SessionOp) GetWritten() uint64 {
 		return *x.Written
 	}
 	return 0
+}
+
+func (x *SessionOp) GetInline() bool {
+	if x != nil {
+		return x.Inline
+	}
+	return false
+}
+
+func (x *SessionOp) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
 }
 
 type MkdirOp struct {
@@ -1668,7 +1697,7 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"chainTable\x12\x1d\n" +
 	"\n" +
 	"chunk_size\x18\x02 \x01(\rR\tchunkSize\x12\x16\n" +
-	"\x06stripe\x18\x03 \x01(\rR\x06stripe\"\x9a\x03\n" +
+	"\x06stripe\x18\x03 \x01(\rR\x06stripe\"\xb2\x03\n" +
 	"\x05Inode\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12-\n" +
 	"\x04type\x18\x02 \x01(\x0e2\x19.sluice.meta.v1.InodeTypeR\x04type\x12\x12\n" +
@@ -1685,7 +1714,8 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x06layout\x18\f \x01(\v2\x16.sluice.meta.v1.LayoutR\x06layout\x12\x16\n" +
 	"\x06parent\x18\r \x01(\x04R\x06parent\x12\x1d\n" +
 	"\awritten\x18\x0e \x01(\x04H\x00R\awritten\x88\x01\x01\x12\x12\n" +
-	"\x04rdev\x18\x0f \x01(\rR\x04rdevB\n" +
+	"\x04rdev\x18\x0f \x01(\rR\x04rdev\x12\x16\n" +
+	"\x06inline\x18\x10 \x01(\rR\x06inlineB\n" +
 	"\n" +
 	"\b_written\"_\n" +
 	"\bDirEntry\x12\x12\n" +
@@ -1735,14 +1765,16 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
-	"\x05flags\x18\x04 \x01(\rR\x05flags\"\xb0\x01\n" +
+	"\x05flags\x18\x04 \x01(\rR\x05flags\"\xdc\x01\n" +
 	"\tSessionOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x16\n" +
 	"\x06client\x18\x03 \x01(\x04R\x06client\x12\x17\n" +
 	"\x04size\x18\x04 \x01(\x04H\x00R\x04size\x88\x01\x01\x12\x12\n" +
 	"\x04keep\x18\x05 \x01(\bR\x04keep\x12\x1d\n" +
-	"\awritten\x18\x06 \x01(\x04H\x01R\awritten\x88\x01\x01B\a\n" +
+	"\awritten\x18\x06 \x01(\x04H\x01R\awritten\x88\x01\x01\x12\x16\n" +
+	"\x06inline\x18\a \x01(\bR\x06inline\x12\x12\n" +
+	"\x04data\x18\b \x01(\fR\x04dataB\a\n" +
 	"\x05_sizeB\n" +
 	"\n" +
 	"\b_written\"m\n" +

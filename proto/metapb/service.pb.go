@@ -922,10 +922,16 @@ func (x *OpenRequest) GetGid() uint32 {
 }
 
 type OpenReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Inode         *Inode                 `protobuf:"bytes,1,opt,name=inode,proto3" json:"inode,omitempty"`
-	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`      // 0 when not opened for writing
-	Chains        []uint32               `protobuf:"varint,3,rep,packed,name=chains,proto3" json:"chains,omitempty"` // the file's chain table, in order
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Inode   *Inode                 `protobuf:"bytes,1,opt,name=inode,proto3" json:"inode,omitempty"`
+	Session uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`      // 0 when not opened for writing
+	Chains  []uint32               `protobuf:"varint,3,rep,packed,name=chains,proto3" json:"chains,omitempty"` // the file's chain table, in order
+	// data: an inline file's bytes (Inode.inline of them).
+	Data []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// inline_max: the largest file a writer may close inline (its bytes
+	// kept by the metadata service, not in chunks); 0 when the service
+	// keeps none.
+	InlineMax     uint32 `protobuf:"varint,5,opt,name=inline_max,json=inlineMax,proto3" json:"inline_max,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -981,6 +987,20 @@ func (x *OpenReply) GetChains() []uint32 {
 	return nil
 }
 
+func (x *OpenReply) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *OpenReply) GetInlineMax() uint32 {
+	if x != nil {
+		return x.InlineMax
+	}
+	return 0
+}
+
 type CloseRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Ino     uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
@@ -993,7 +1013,13 @@ type CloseRequest struct {
 	// written is the end of the bytes this handle wrote, which may lie below
 	// size (a file truncated longer): it raises the file's written mark, the
 	// bound of the chunks the collector removes.
-	Written       *uint64 `protobuf:"varint,7,opt,name=written,proto3,oneof" json:"written,omitempty"`
+	Written *uint64 `protobuf:"varint,7,opt,name=written,proto3,oneof" json:"written,omitempty"`
+	// inline: the file's whole content is data (at most the inline_max the
+	// open said), which the metadata service keeps; its length is size.
+	// Refused (FAILED_PRECONDITION) while another write session is open on
+	// the file: the writer then stores the bytes in chunks.
+	Inline        bool   `protobuf:"varint,8,opt,name=inline,proto3" json:"inline,omitempty"`
+	Data          []byte `protobuf:"bytes,9,opt,name=data,proto3" json:"data,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1075,6 +1101,20 @@ func (x *CloseRequest) GetWritten() uint64 {
 		return *x.Written
 	}
 	return 0
+}
+
+func (x *CloseRequest) GetInline() bool {
+	if x != nil {
+		return x.Inline
+	}
+	return false
+}
+
+func (x *CloseRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
 }
 
 type KeepOpenRequest struct {
@@ -1977,11 +2017,14 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x06create\x18\x06 \x01(\bR\x06create\x12\x12\n" +
 	"\x04mode\x18\a \x01(\rR\x04mode\x12\x10\n" +
 	"\x03uid\x18\b \x01(\rR\x03uid\x12\x10\n" +
-	"\x03gid\x18\t \x01(\rR\x03gid\"j\n" +
+	"\x03gid\x18\t \x01(\rR\x03gid\"\x9d\x01\n" +
 	"\tOpenReply\x12+\n" +
 	"\x05inode\x18\x01 \x01(\v2\x15.sluice.meta.v1.InodeR\x05inode\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x16\n" +
-	"\x06chains\x18\x03 \x03(\rR\x06chains\"\xce\x01\n" +
+	"\x06chains\x18\x03 \x03(\rR\x06chains\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x1d\n" +
+	"\n" +
+	"inline_max\x18\x05 \x01(\rR\tinlineMax\"\xfa\x01\n" +
 	"\fCloseRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x17\n" +
@@ -1989,7 +2032,9 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x06client\x18\x04 \x01(\x04R\x06client\x12\x10\n" +
 	"\x03seq\x18\x05 \x01(\x04R\x03seq\x12\x1b\n" +
 	"\tkeep_open\x18\x06 \x01(\bR\bkeepOpen\x12\x1d\n" +
-	"\awritten\x18\a \x01(\x04H\x01R\awritten\x88\x01\x01B\a\n" +
+	"\awritten\x18\a \x01(\x04H\x01R\awritten\x88\x01\x01\x12\x16\n" +
+	"\x06inline\x18\b \x01(\bR\x06inline\x12\x12\n" +
+	"\x04data\x18\t \x01(\fR\x04dataB\a\n" +
 	"\x05_sizeB\n" +
 	"\n" +
 	"\b_written\"m\n" +

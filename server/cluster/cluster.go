@@ -95,6 +95,10 @@ type ControlConfig struct {
 	// SnapshotEvery is how many log entries the replica applies between
 	// snapshots of the namespace (meta.ReplicaConfig; default 8192).
 	SnapshotEvery uint64
+	// InlineMax is the largest file the metadata service keeps inline,
+	// its bytes in the metadata store instead of chunks (default
+	// meta.DefaultInlineMax; negative: none).
+	InlineMax int
 	// Moves throttles replica moves (drain, rebalance); its Logger is
 	// Logger.
 	Moves  mgmtd.PlannerConfig
@@ -176,6 +180,9 @@ func StartControl(ctx context.Context, cfg ControlConfig) (*Control, error) {
 	metaSvc.ReportSpace(det.TargetSpace)
 	if cfg.ElectionWait != 0 {
 		metaSvc.SetElectionWait(cfg.ElectionWait)
+	}
+	if cfg.InlineMax != 0 {
+		metaSvc.SetInlineMax(cfg.InlineMax)
 	}
 	metapb.RegisterMetaServer(c.gs, metaSvc)
 	mgmtdpb.RegisterMgmtdServer(c.gs, mgmtd.NewService(c.replica, det))
@@ -558,7 +565,10 @@ type Config struct {
 	CollectInterval time.Duration
 	ElectionWait    time.Duration
 	ClientLease     time.Duration
-	Logger          *slog.Logger
+	// InlineMax is ControlConfig's: the largest file kept inline in the
+	// metadata store (default meta.DefaultInlineMax; negative: none).
+	InlineMax int
+	Logger    *slog.Logger
 }
 
 // Cluster is a running embedded cluster.
@@ -594,7 +604,7 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	c.control, err = StartControl(ctx, ControlConfig{Dir: filepath.Join(cfg.Dir, "meta"), Listen: cfg.Listen, Token: token,
 		ChunkSize: cfg.ChunkSize, Stripe: cfg.Targets, ExpectTargets: cfg.Targets, Replicas: cfg.Replicas, Local: c.local,
 		CollectDelay: cfg.CollectDelay, CollectInterval: cfg.CollectInterval, ElectionWait: cfg.ElectionWait,
-		ClientLease: cfg.ClientLease, Logger: cfg.Logger})
+		ClientLease: cfg.ClientLease, InlineMax: cfg.InlineMax, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

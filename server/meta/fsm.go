@@ -153,7 +153,12 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 	case *metapb.Command_OpenSession:
 		err = f.ns.OpenSession(op.OpenSession.Ino, op.OpenSession.Client, op.OpenSession.Session, now)
 	case *metapb.Command_CloseSession:
-		err = f.ns.CloseSession(op.CloseSession.Ino, op.CloseSession.Client, op.CloseSession.Session, op.CloseSession.Size, op.CloseSession.Written, op.CloseSession.Keep, now)
+		c := op.CloseSession
+		if c.Inline {
+			err = f.ns.CloseInline(c.Ino, c.Client, c.Session, c.Data, c.GetSize(), c.Keep, now)
+		} else {
+			err = f.ns.CloseSession(c.Ino, c.Client, c.Session, c.Size, c.Written, c.Keep, now)
+		}
 	case *metapb.Command_PruneClient:
 		err = f.ns.PruneClient(op.PruneClient)
 	default:

@@ -515,6 +515,9 @@ func (ns *Namespace) drop(b *pebble.Batch, dir *metapb.Inode, name string, ino u
 			return err
 		}
 		if in.Type == metapb.InodeType_FILE {
+			if err := setContent(b, in, nil); err != nil { // handles open on it hold their copy
+				return err
+			}
 			return queue(b, in)
 		}
 		return nil
@@ -672,6 +675,9 @@ func (ns *Namespace) Setattr(ino uint64, s SetAttr, now int64) (*metapb.Inode, e
 			if in.Type != metapb.InodeType_FILE {
 				return fmt.Errorf("truncate inode %d: %w", ino, fsmeta.ErrIsDir)
 			}
+			if err := cutContent(b, in, *s.Size); err != nil {
+				return err
+			}
 			in.Size = *s.Size
 			in.MtimeNs = now
 		}
@@ -764,6 +770,9 @@ func (ns *Namespace) Collected(ino uint64) error {
 				return err
 			}
 			if err := dropXattrs(b, ino); err != nil {
+				return err
+			}
+			if err := b.Delete(contentKey(ino), nil); err != nil {
 				return err
 			}
 		}

@@ -34,10 +34,20 @@ type Service struct {
 	// lockWait is how long a new leader grants no lock, learning the ones
 	// clients hold from their renewals (fsmeta.ReadLease).
 	lockWait time.Duration
+	// inlineMax is the largest file whose bytes a close may hand over to be
+	// kept inline (inline.go); 0: none.
+	inlineMax int
 }
 
 // NewService serves r.
-func NewService(r *Replica) *Service { return &Service{r: r, lockWait: fsmeta.ReadLease} }
+func NewService(r *Replica) *Service {
+	return &Service{r: r, lockWait: fsmeta.ReadLease, inlineMax: DefaultInlineMax}
+}
+
+// SetInlineMax sets the largest file the service keeps inline, its bytes
+// in the metadata store instead of chunks (default DefaultInlineMax; 0 or
+// less: none). Files kept inline stay so; new ones follow the setting.
+func (s *Service) SetInlineMax(n int) { s.inlineMax = max(n, 0) }
 
 // SetElectionWait sets how long a new leader grants no file lock, while it
 // learns the locks clients hold from their renewals (default
@@ -348,7 +358,16 @@ func (s *Service) Open(ctx context.Context, req *metapb.OpenRequest) (*metapb.Op
 			Op: &metapb.Command_OpenSession{OpenSession: &metapb.SessionOp{Ino: reply.Inode.Ino, Session: req.Seq, Client: req.Client}}}); err != nil {
 			return nil, err
 		}
-	} else if s.r.IsLeader() {
+	}
+	if reply.Inode.Inline > 0 {
+		// The bytes and the inode as of one moment, after the session
+		// (a writer's close that ends the content comes after it).
+		if reply.Inode, reply.Data, err = s.r.Namespace().Content(reply.Inode.Ino); err != nil {
+			return nil, toStatus(err)
+		}
+	}
+	reply.InlineMax = uint32(s.inlineMax)
+	if !req.Write && s.r.IsLeader() {
 		// The first read lease comes with the open; the client renews it
 		// while the file stays open (KeepOpen).
 		if err := s.r.readers.renew([]uint64{reply.Inode.Ino}, time.Now()); err != nil {
@@ -373,7 +392,7 @@ func (s *Service) createOpen(ctx context.Context, req *metapb.OpenRequest) (*met
 	if err != nil {
 		return nil, err
 	}
-	reply := &metapb.OpenReply{Inode: in, Session: req.Seq}
+	reply := &metapb.OpenReply{Inode: in, Session: req.Seq, InlineMax: uint32(s.inlineMax)}
 	if reply.Chains, err = s.chains(in); err != nil {
 		return nil, toStatus(err)
 	}
@@ -401,8 +420,13 @@ func (s *Service) Close(ctx context.Context, req *metapb.CloseRequest) (*metapb.
 	if err := errors.Join(fsmeta.CheckSize(req.GetSize()), fsmeta.CheckSize(req.GetWritten())); err != nil {
 		return nil, toStatus(fmt.Errorf("close inode %d: %w", req.Ino, err))
 	}
+	if req.Inline && (len(req.Data) > s.inlineMax || req.Size == nil) {
+		return nil, toStatus(fmt.Errorf("close inode %d with %d bytes inline (at most %d kept, length %v): %w",
+			req.Ino, len(req.Data), s.inlineMax, req.Size != nil, fsmeta.ErrNotInline))
+	}
 	_, err := s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
-		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Client: req.Client, Session: req.Session, Size: req.Size, Written: req.Written, Keep: req.KeepOpen}}})
+		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Client: req.Client, Session: req.Session,
+			Size: req.Size, Written: req.Written, Keep: req.KeepOpen, Inline: req.Inline, Data: req.Data}}})
 	return &metapb.Empty{}, err
 }
 
@@ -578,7 +602,8 @@ func toStatus(err error) error {
 		code = codes.AlreadyExists
 	case errors.Is(err, fsmeta.ErrInvalidName), errors.Is(err, fsmeta.ErrNameTooLong), errors.Is(err, fabric.ErrBadRequest):
 		code = codes.InvalidArgument
-	case errors.Is(err, fsmeta.ErrNotDir), errors.Is(err, fsmeta.ErrIsDir), errors.Is(err, fsmeta.ErrNotEmpty), errors.Is(err, fsmeta.ErrLoop):
+	case errors.Is(err, fsmeta.ErrNotDir), errors.Is(err, fsmeta.ErrIsDir), errors.Is(err, fsmeta.ErrNotEmpty), errors.Is(err, fsmeta.ErrLoop),
+		errors.Is(err, fsmeta.ErrNotInline):
 		code = codes.FailedPrecondition
 	case errors.Is(err, fsmeta.ErrNotLeader):
 		code = codes.Unavailable

@@ -71,6 +71,13 @@ func (ns *Namespace) CloseSession(ino, client, session uint64, size, written *ui
 		if written == nil {
 			written = size
 		}
+		if size != nil && *written > 0 {
+			// The session's bytes are in chunks: any inline content was
+			// moved there first (sdk), and ends here.
+			if err := endContent(b, ino); err != nil {
+				return err
+			}
+		}
 		return updateFile(b, ino, size, func(*metapb.Inode) uint64 { return *written }, now)
 	})
 }
