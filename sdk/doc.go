@@ -15,7 +15,8 @@
 // Entries can be named by absolute path or, with the *At calls, relative to
 // a directory inode, as the FUSE adapter (sdk/fuse) names them. Attribute
 // changes, truncate (which trims the chunks on storage), hard links and
-// fsync (File.Sync) are in attr.go.
+// fsync (File.Sync) are in attr.go. A small file's handle holds its
+// content and hands it to the metadata service at close (inline.go).
 //
 // Batched I/O (ReadBatch, WriteBatch) moves many ranges of many files in
 // one call against registered buffers, grouped per storage node (reads) or

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -38,7 +39,8 @@ func TestMountCommand(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	c, err := cluster.Start(ctx, cluster.Config{Dir: t.TempDir(), Targets: 1})
+	clusterDir := t.TempDir()
+	c, err := cluster.Start(ctx, cluster.Config{Dir: clusterDir, Targets: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,6 +84,19 @@ func TestMountCommand(t *testing.T) {
 		}
 		if l := sumOf(mfs, "sluice_mount_cache_limit_bytes"); l != 8<<20 {
 			t.Errorf("the mount's cache limit is %v by its metrics, after --cache 8388608", l)
+		}
+		if i == 0 {
+			// A small file's bytes are kept by the metadata service,
+			// none on storage; a larger one's are in chunk files.
+			if n := chunkFiles(t, clusterDir); n != 0 {
+				t.Fatalf("%d chunk files on storage after a write of %d bytes", n, len("through the mount"))
+			}
+			if err := os.WriteFile(filepath.Join(dir, "big"), make([]byte, 10000), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if n := chunkFiles(t, clusterDir); n == 0 {
+				t.Fatal("no chunk file on storage after a write of 10,000 bytes")
+			}
 		}
 		if i == 0 { // the mount process is the local agent too
 			ac, err := sdk.DialAgent(sock, 32<<20, 64, false)
@@ -128,4 +143,20 @@ func TestMountCommand(t *testing.T) {
 			t.Fatalf("%s is still mounted after %v", dir, sig)
 		}
 	}
+}
+
+// chunkFiles counts the chunk files under a cluster's directory.
+func chunkFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && filepath.Base(filepath.Dir(p)) == "chunks" {
+			n++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

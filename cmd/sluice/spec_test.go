@@ -55,7 +55,7 @@ func TestSpecServerConfig(t *testing.T) {
 		 "meta": {"id": "m2", "raft_bind": "10.0.0.2:7401", "listen": "10.0.0.2:7400",
 		          "members": {"m1": "10.0.0.1:7401", "m2": "10.0.0.2:7401", "m3": "10.0.0.3:7401"},
 		          "chunk_size": 1048576, "stripe": 8, "expect_targets": 12, "replicas": 3, "collect_delay": "1m",
-		          "max_moves": 4, "max_moves_per_target": 1, "snapshot_every": 8192}}`},
+		          "max_moves": 4, "max_moves_per_target": 1, "snapshot_every": 8192, "inline_max": 4096}}`},
 		{"s4", "storage", `{"dir": "/data/sluice", "token_file": "/etc/sluice/token", "http": "10.0.0.8:7480",
 		 "storage": {"cluster": "10.0.0.1:7400,10.0.0.2:7400,10.0.0.3:7400", "node_id": "s4",
 		             "rack": "r3", "fabric_listen": "10.0.0.8:7410", "targets": [10, 11, 12], "chunk_size": 1048576, "drop_left": "10m"}}`},

@@ -16,7 +16,8 @@
 // number + name -> child inode number and type; "g" + inode number -> files
 // whose last link went, for the chunk collector; "x" + inode number +
 // name -> an extended attribute; "w" + inode + client + session -> a write
-// session; "n" -> the next inode number.
+// session; "c" + inode number -> a small file's bytes, kept inline
+// (inline.go); "n" -> the next inode number.
 //
 // Names are refused (ErrInvalidName) if empty, ".", "..", or if they hold
 // '/' or NUL; longer than 255 bytes is ErrNameTooLong, paths longer than
