@@ -181,6 +181,7 @@ func (f *File) grow(end uint64) {
 	f.mu.Lock()
 	f.size = max(f.size, end)
 	f.wrote = max(f.wrote, end)
+	f.unpublished = true
 	f.mu.Unlock()
 }
 

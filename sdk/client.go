@@ -313,6 +313,9 @@ type File struct {
 	mu       sync.Mutex
 	size     uint64
 	wrote    uint64 // the end of what this handle wrote: the file's written mark at Close
+	// unpublished: written since the last close or sync that published
+	// the length; without it, those send none (the file's times stay).
+	unpublished bool
 	reserved uint64 // the file's written mark as the cluster has it: what may be stored without reserving
 	closed   bool
 
@@ -349,12 +352,25 @@ func (c *Client) closeSession(ctx context.Context, f *File, keep bool) error {
 		return err
 	}
 	f.mu.Lock()
-	size, wrote := f.size, f.wrote
+	size, wrote, publish := f.size, f.wrote, f.unpublished
 	f.mu.Unlock()
+	req := &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, KeepOpen: keep, Client: c.id, Seq: c.next()}
+	if publish {
+		req.Size, req.Written = &size, &wrote
+	} else if keep {
+		return nil // nothing written since the last sync
+	}
 	cctx, done := c.call(ctx)
 	defer done()
-	_, err := c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Size: &size, Written: &wrote, KeepOpen: keep, Client: c.id, Seq: c.next()})
-	return c.timedOut(cctx, fsErr("close", f.name, err))
+	if _, err := c.meta.Close(cctx, req); err != nil {
+		return c.timedOut(cctx, fsErr("close", f.name, err))
+	}
+	f.mu.Lock()
+	if f.size == size && f.wrote == wrote { // else written meanwhile: the next close publishes
+		f.unpublished = false
+	}
+	f.mu.Unlock()
+	return nil
 }
 
 // Buffer is memory registered with the data plane: reads into it land with

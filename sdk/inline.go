@@ -99,6 +99,7 @@ func (f *File) writeSmall(ctx context.Context, p []byte, off int64) (done bool, 
 	f.small.dirty = true
 	f.mu.Lock()
 	f.size = max(f.size, uint64(end))
+	f.unpublished = true
 	f.mu.Unlock()
 	return true, nil
 }
@@ -160,6 +161,7 @@ func (f *File) spill(ctx context.Context) error {
 		// content: a written mark says the bytes are in chunks.
 		f.mu.Lock()
 		f.wrote = max(f.wrote, 1)
+		f.unpublished = true
 		f.mu.Unlock()
 	}
 	f.small = smallState{}
@@ -190,6 +192,9 @@ func (f *File) handOver(ctx context.Context, keep bool) error {
 		Inline: true, Data: f.small.data, Client: f.c.id, Seq: f.c.next()})
 	if err == nil {
 		f.small.dirty = false
+		f.mu.Lock()
+		f.unpublished = false // no chunk writes while small: size is all there is
+		f.mu.Unlock()
 		return nil
 	}
 	err = fsErr("close", f.name, err)

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/sluicefs/sluice/server/cluster"
 )
@@ -228,5 +230,60 @@ func TestInlineOff(t *testing.T) {
 	}
 	if n := storedBytes(t, cl, "/x"); n != 10 {
 		t.Fatalf("/x: %d bytes on storage, want 10", n)
+	}
+}
+
+// TestCloseWithoutWrites: a handle opened for writing that writes nothing
+// (or nothing since its last sync) closes without touching the file's
+// length or times; one that wrote publishes both.
+func TestCloseWithoutWrites(t *testing.T) {
+	c := startCluster(t, t.TempDir())
+	cl := connect(t, c)
+	ctx := context.Background()
+	for _, size := range []int{10, 100 << 10} { // inline, and in chunks
+		p := fmt.Sprintf("/f%d", size)
+		if err := cl.WriteFile(ctx, p, make([]byte, size)); err != nil {
+			t.Fatal(err)
+		}
+		before, err := cl.Stat(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		f, err := cl.OpenFile(ctx, p, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		after, err := cl.Stat(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !after.ModTime().Equal(before.ModTime()) || after.Size() != int64(size) {
+			t.Fatalf("%s: a close with no write moved mtime %v -> %v (size %d)", p, before.ModTime(), after.ModTime(), after.Size())
+		}
+		f, err = cl.OpenFile(ctx, p, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("x"), int64(size)); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		synced, _ := cl.Stat(ctx, p)
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		closed, _ := cl.Stat(ctx, p)
+		if synced.Size() != int64(size)+1 || !synced.ModTime().After(before.ModTime()) || !closed.ModTime().Equal(synced.ModTime()) {
+			t.Fatalf("%s: after a write and sync: size %d, mtime %v (before %v); after close %v", p, synced.Size(), synced.ModTime(), before.ModTime(), closed.ModTime())
+		}
 	}
 }

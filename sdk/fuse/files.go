@@ -328,8 +328,13 @@ func (fs *FS) Release(cancel <-chan struct{}, in *gofuse.ReleaseIn) {
 		}
 		done()
 	}
+	// The last close publishes what was written since the last flush;
+	// with nothing (a flush published it all), names stay as they are.
+	written := h.of.dirty.Load()
 	err := fs.drop(h.of)
-	fs.names.touched(in.NodeId)
+	if written {
+		fs.names.touched(in.NodeId)
+	}
 	if err != nil {
 		fs.errno("release", in.NodeId, err)
 	}
