@@ -310,14 +310,14 @@ type File struct {
 	chains  []uint32
 	session uint64
 
-	mu       sync.Mutex
-	size     uint64
-	wrote    uint64 // the end of what this handle wrote: the file's written mark at Close
+	mu    sync.Mutex
+	size  uint64
+	wrote uint64 // the end of what this handle wrote: the file's written mark at Close
 	// unpublished: written since the last close or sync that published
 	// the length; without it, those send none (the file's times stay).
 	unpublished bool
-	reserved uint64 // the file's written mark as the cluster has it: what may be stored without reserving
-	closed   bool
+	reserved    uint64 // the file's written mark as the cluster has it: what may be stored without reserving
+	closed      bool
 
 	reserving sync.Mutex // one reservation at a time (reserve)
 
