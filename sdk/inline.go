@@ -206,3 +206,8 @@ func (f *File) handOver(ctx context.Context, keep bool) error {
 	}
 	return errInChunks
 }
+
+// Inline reports whether the handle holds the file's whole content (the
+// file's bytes are kept by the metadata service, or, for a writer, will be
+// at its close unless it outgrows the limit).
+func (f *File) Inline() bool { return f.isSmall.Load() }

@@ -16,6 +16,10 @@ type Key struct {
 	File      int   // index into the workload's files
 	Off       int64 // byte offset in the file, a multiple of BlockSize
 	WriteOnce bool  // written once at setup, only read afterwards
+	// Inline: the key is the whole of a small file of its own (File
+	// indexes the workload's small files), whose bytes the metadata
+	// service keeps; written once, read by opening the file each time.
+	Inline bool
 }
 
 // Verdict is what the checker found in a history.

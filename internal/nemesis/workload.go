@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -20,6 +21,7 @@ type WorkloadConfig struct {
 	Clients        int           // SDK clients, each its own connection [3]
 	Workers        int           // goroutines per client [2]
 	Files          int           // files [3]
+	SmallFiles     int           // files of one write-once key each, kept inline [4]
 	OpTimeout      time.Duration // one op's deadline [6 s]
 	Think          time.Duration // pause between a worker's ops [5 ms]
 	Seed           uint64
@@ -38,6 +40,7 @@ type Workload struct {
 	clients []*sdk.Client
 	files   [][]*sdk.File // [client][file], open for writing
 	paths   []string
+	small   []string // the small files' paths
 }
 
 // Chunk indexes and blocks in a chunk (of 16 at 64 KiB) that hold keys;
@@ -60,6 +63,9 @@ func NewWorkload(ctx context.Context, cfg WorkloadConfig, chunkSize int, h *Hist
 	if cfg.Files <= 0 {
 		cfg.Files = 3
 	}
+	if cfg.SmallFiles <= 0 {
+		cfg.SmallFiles = 4
+	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 6 * time.Second
 	}
@@ -79,6 +85,10 @@ func NewWorkload(ctx context.Context, cfg WorkloadConfig, chunkSize int, h *Hist
 				w.Keys = append(w.Keys, k)
 			}
 		}
+	}
+	for s := 0; s < cfg.SmallFiles; s++ {
+		w.small = append(w.small, fmt.Sprintf("/nemesis-small-%d", s))
+		w.Keys = append(w.Keys, Key{ID: len(w.Keys), File: s, WriteOnce: true, Inline: true})
 	}
 	for i := 0; i < cfg.Clients; i++ {
 		cl, err := sdk.Connect(ctx, sdk.Config{Cluster: cfg.Cluster, Token: cfg.Token, Logger: cfg.Logger})
@@ -130,7 +140,7 @@ func (w *Workload) setup(ctx context.Context) error {
 			}
 		}
 		for _, k := range w.Keys {
-			if k.File != fi {
+			if k.File != fi || k.Inline {
 				continue
 			}
 			for {
@@ -149,7 +159,99 @@ func (w *Workload) setup(ctx context.Context) error {
 			return fmt.Errorf("workload: close %s: %w", p, err)
 		}
 	}
+	for _, k := range w.Keys {
+		if !k.Inline {
+			continue
+		}
+		for {
+			counter++
+			if op := w.writeSmall(ctx, cl, k, ValueID(setupWriter, counter)); op.Status == StatusOK {
+				break
+			} else if ctx.Err() != nil {
+				return fmt.Errorf("workload: setup write of key %d: %s", k.ID, op.Err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		// The point of these keys: their bytes live in the metadata
+		// service, which the faults on meta replicas then put to the test.
+		f, err := cl.Open(ctx, w.small[k.File])
+		if err != nil {
+			return fmt.Errorf("workload: open %s: %w", w.small[k.File], err)
+		}
+		inline := f.Inline()
+		f.Close()
+		if !inline {
+			return fmt.Errorf("workload: %s (%d bytes) is not kept inline", w.small[k.File], BlockSize)
+		}
+	}
 	return nil
+}
+
+// writeSmall writes value v as the whole of key k's small file (made if
+// it is not there), recording the op: acknowledged once the close that
+// hands the bytes to the metadata service returns.
+func (w *Workload) writeSmall(ctx context.Context, cl *sdk.Client, k Key, v uint64) Op {
+	op := Op{Key: k.ID, Kind: OpWrite, Value: v, Phase: "setup", Status: StatusInfo}
+	b := make([]byte, BlockSize)
+	EncodeValue(b, k.ID, v)
+	octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+	defer cancel()
+	op.Call = w.h.Now()
+	p := w.small[k.File]
+	f, err := cl.Create(octx, p)
+	if errors.Is(err, sdk.ErrExist) { // a try that failed after it made the file
+		f, err = cl.OpenFile(octx, p, true)
+	}
+	if err == nil {
+		_, err = f.WriteAtContext(octx, b, 0)
+		err = errors.Join(err, f.Close())
+	}
+	op.Return = w.h.Now()
+	if err == nil {
+		op.Status = StatusOK
+	} else {
+		op.Err = err.Error()
+	}
+	w.h.Add(op)
+	return op
+}
+
+// readSmall reads key k by opening its small file, recording the op.
+func (w *Workload) readSmall(ctx context.Context, cl *sdk.Client, k Key, client int, phase string) Op {
+	op := Op{Key: k.ID, Client: client, Kind: OpRead, Phase: phase, Status: StatusFail}
+	b := make([]byte, BlockSize)
+	octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+	defer cancel()
+	op.Call = w.h.Now()
+	f, err := cl.Open(octx, w.small[k.File])
+	n := 0
+	if err == nil {
+		n, err = f.ReadAtContext(octx, b, 0)
+		f.Close()
+	}
+	op.Return = w.h.Now()
+	switch {
+	case err != nil && !(errors.Is(err, io.EOF) && n == BlockSize):
+		op.Err = err.Error()
+	default:
+		v, derr := DecodeValue(b, k.ID)
+		op.Value = v
+		if derr != nil {
+			op.Status, op.Err = StatusCorrupt, derr.Error()
+		} else {
+			op.Status = StatusOK
+		}
+	}
+	w.h.Add(op)
+	return op
+}
+
+// readKey reads key k through client ci, recording the op.
+func (w *Workload) readKey(ctx context.Context, ci int, k Key, client int, phase string) Op {
+	if k.Inline {
+		return w.readSmall(ctx, w.clients[ci], k, client, phase)
+	}
+	return w.read(ctx, w.clients[ci], w.files[ci][k.File], k, client, phase)
 }
 
 // write writes value v to key k through f, recording the op. Each op has
@@ -221,12 +323,11 @@ func (w *Workload) Run(ctx context.Context) {
 				var counter uint64
 				for ctx.Err() == nil {
 					k := w.Keys[rng.IntN(len(w.Keys))]
-					f := w.files[ci][k.File]
 					if !k.WriteOnce && rng.IntN(2) == 0 {
 						counter++
-						w.write(ctx, cl, f, k, int(writer), ValueID(writer, counter), "run")
+						w.write(ctx, cl, w.files[ci][k.File], k, int(writer), ValueID(writer, counter), "run")
 					} else {
-						w.read(ctx, cl, f, k, int(writer), "run")
+						w.readKey(ctx, ci, k, int(writer), "run")
 					}
 					select {
 					case <-time.After(w.cfg.Think):
@@ -253,7 +354,7 @@ func (w *Workload) FinalReads(ctx context.Context, reads, tries int) int {
 					break
 				}
 				ci := rand.IntN(len(w.clients))
-				if op := w.read(ctx, w.clients[ci], w.files[ci][k.File], k, 0, "final"); op.Status != StatusFail {
+				if op := w.readKey(ctx, ci, k, 0, "final"); op.Status != StatusFail {
 					got++
 					break
 				}
