@@ -85,6 +85,25 @@ func TestCloseInline(t *testing.T) {
 		t.Fatalf("after a close through chunks: inline %d, %d bytes stored", got.Inline, len(contentStored(t, ns, in.Ino)))
 	}
 
+	// An inline file no writer holds leaves the collector nothing when its
+	// last name goes; the content goes with it.
+	e := must(ns.CreateOpen(RootIno, "e", Attrs{Mode: 0o644, Now: 6500}, Writer{Client: 7, Session: 4}))(t)
+	if err := ns.CloseInline(e.Ino, 7, 4, []byte("e"), 1, false, 6500); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.Unlink(RootIno, "e", 6500); err != nil {
+		t.Fatal(err)
+	}
+	if q := must(ns.Garbage(10))(t); len(q) != 0 || contentStored(t, ns, e.Ino) != nil {
+		t.Fatalf("after unlinking a file with no chunks: queue %v", q)
+	}
+	if err := ns.Unlink(RootIno, "f", 6600); err != nil { // chunks below its mark: queued
+		t.Fatal(err)
+	}
+	if q := must(ns.Garbage(10))(t); len(q) != 1 || q[0].Ino != in.Ino {
+		t.Fatalf("after unlinking a file written through chunks: queue %v", q)
+	}
+
 	// The content goes with the last name, and a writer's hand-over after
 	// that ends its session and stores nothing.
 	g := must(ns.CreateOpen(RootIno, "g", Attrs{Mode: 0o644, Now: 7000}, Writer{Client: 7, Session: 3}))(t)
@@ -96,6 +115,9 @@ func TestCloseInline(t *testing.T) {
 	}
 	if v := contentStored(t, ns, g.Ino); v != nil {
 		t.Fatalf("unlinked file's content still stored: %q", v)
+	}
+	if q := must(ns.Garbage(10))(t); len(q) != 2 || q[1].Ino != g.Ino {
+		t.Fatalf("a file unlinked while a writer holds it is not queued: %v", q)
 	}
 	if err := ns.CloseInline(g.Ino, 7, 3, []byte("abcd"), 4, false, 9000); err != nil {
 		t.Fatalf("hand-over after unlink: %v", err)

@@ -518,6 +518,14 @@ func (ns *Namespace) drop(b *pebble.Batch, dir *metapb.Inode, name string, ino u
 			if err := setContent(b, in, nil); err != nil { // handles open on it hold their copy
 				return err
 			}
+			// A file that never stored a byte in chunks (an inline or an
+			// empty one) and that no writer holds leaves the collector
+			// nothing to remove: no record, no command to retire it.
+			if Written(in) == 0 {
+				if open, err := sessionsOn(b, ino); err != nil || !open {
+					return err
+				}
+			}
 			return queue(b, in)
 		}
 		return nil

@@ -153,10 +153,16 @@ func (ns *Namespace) PruneClient(client uint64) error {
 }
 
 // HasSessions reports whether any write session on ino is open.
-func (ns *Namespace) HasSessions(ino uint64) (bool, error) {
+func (ns *Namespace) HasSessions(ino uint64) (bool, error) { return sessionsOn(ns.db, ino) }
+
+// sessionsOn reports whether r (the database or a batch) holds a write
+// session on ino.
+func sessionsOn(r interface {
+	NewIter(*pebble.IterOptions) (*pebble.Iterator, error)
+}, ino uint64) (bool, error) {
 	lo := binary.BigEndian.AppendUint64([]byte{'w'}, ino)
 	hi := binary.BigEndian.AppendUint64([]byte{'w'}, ino+1)
-	it, err := ns.db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return false, err
 	}
