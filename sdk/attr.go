@@ -116,6 +116,10 @@ type Usage struct {
 	// TargetSpace is each reporting target's own disk (not divided by
 	// replicas), by target id.
 	TargetSpace []TargetSpace `json:"-"`
+	// InlineFiles are the files whose bytes the metadata service keeps
+	// (small files), InlineBytes those bytes (part of Bytes).
+	InlineFiles uint64 `json:"inline_files"`
+	InlineBytes uint64 `json:"inline_bytes"`
 }
 
 // Statfs counts the namespace's inodes, files and bytes.
@@ -127,7 +131,7 @@ func (c *Client) Statfs(ctx context.Context) (Usage, error) {
 		return Usage{}, fsErr("statfs", "/", err)
 	}
 	u := Usage{Inodes: r.Inodes, Files: r.Files, Bytes: r.Bytes,
-		Capacity: r.CapacityBytes, Free: r.FreeBytes, Targets: int(r.TargetsReporting)}
+		Capacity: r.CapacityBytes, Free: r.FreeBytes, Targets: int(r.TargetsReporting), InlineFiles: r.InlineFiles, InlineBytes: r.InlineBytes}
 	for _, sp := range r.TargetSpace {
 		u.TargetSpace = append(u.TargetSpace, TargetSpace{Target: sp.Target, TotalBytes: sp.TotalBytes, FreeBytes: sp.FreeBytes})
 	}

@@ -103,6 +103,9 @@ func TestSmallFilesInline(t *testing.T) {
 	if st, err := r.Stat(ctx, "/s"); err != nil || st.Size() != 1000 {
 		t.Fatalf("stat /s: %v %v", st, err)
 	}
+	if u, err := r.Statfs(ctx); err != nil || u.InlineFiles != 1 || u.InlineBytes != 1000 {
+		t.Fatalf("statfs: %d files, %d bytes inline (want 1, 1000), %v", u.InlineFiles, u.InlineBytes, err)
+	}
 
 	// Rewritten in place within the limit: still inline.
 	f, err = w.OpenFile(ctx, "/s", true)

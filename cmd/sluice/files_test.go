@@ -65,7 +65,7 @@ func TestFileCommands(t *testing.T) {
 		t.Fatalf("cat: %q %v", out, err)
 	}
 	if out, err := run(t, "status"); err != nil || !strings.Contains(out, "chain") || !strings.Contains(out, "Leader") ||
-		!strings.Contains(out, "iB free for files") {
+		!strings.Contains(out, "iB free for files") || !strings.Contains(out, "1 small files, 13 B, kept by the metadata service") {
 		t.Fatalf("status: %q %v", out, err)
 	}
 	if _, err := run(t, "cp", src, back); err == nil {

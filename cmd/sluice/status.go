@@ -28,7 +28,8 @@ func writeStatus(w io.Writer, st *sdk.ClusterStatus) {
 	m := st.Meta
 	fmt.Fprintf(w, "metadata: leader %s, %s, applied %d, %d inodes, members %v\n", m.Leader, m.State, m.AppliedIndex, m.Inodes, m.Members)
 	if u := st.Usage; u != nil {
-		fmt.Fprintf(w, "space: %s of %s free for files, %s in files (%d targets reporting)\n", bytesIEC(u.Free), bytesIEC(u.Capacity), bytesIEC(u.Bytes), u.Targets)
+		fmt.Fprintf(w, "space: %s of %s free for files, %s in files (%d targets reporting); %d small files, %s, kept by the metadata service\n",
+			bytesIEC(u.Free), bytesIEC(u.Capacity), bytesIEC(u.Bytes), u.Targets, u.InlineFiles, bytesIEC(u.InlineBytes))
 	}
 	pairs := func(parts []string) string {
 		if len(parts) == 0 {

@@ -1801,7 +1801,11 @@ type StatfsReply struct {
 	TargetsReporting uint32 `protobuf:"varint,6,opt,name=targets_reporting,json=targetsReporting,proto3" json:"targets_reporting,omitempty"`
 	// Each reporting target's own disk (not divided by replicas), in target
 	// order: the ones whose heartbeats are current on this replica.
-	TargetSpace   []*TargetSpace `protobuf:"bytes,7,rep,name=target_space,json=targetSpace,proto3" json:"target_space,omitempty"`
+	TargetSpace []*TargetSpace `protobuf:"bytes,7,rep,name=target_space,json=targetSpace,proto3" json:"target_space,omitempty"`
+	// The files whose bytes the metadata service keeps inline, and their
+	// bytes (part of bytes above): what the metadata group's disks hold.
+	InlineFiles   uint64 `protobuf:"varint,8,opt,name=inline_files,json=inlineFiles,proto3" json:"inline_files,omitempty"`
+	InlineBytes   uint64 `protobuf:"varint,9,opt,name=inline_bytes,json=inlineBytes,proto3" json:"inline_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1883,6 +1887,20 @@ func (x *StatfsReply) GetTargetSpace() []*TargetSpace {
 		return x.TargetSpace
 	}
 	return nil
+}
+
+func (x *StatfsReply) GetInlineFiles() uint64 {
+	if x != nil {
+		return x.InlineFiles
+	}
+	return 0
+}
+
+func (x *StatfsReply) GetInlineBytes() uint64 {
+	if x != nil {
+		return x.InlineBytes
+	}
+	return 0
 }
 
 // TargetSpace is a storage target's disk as its last heartbeat reported it.
@@ -2096,7 +2114,7 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"XattrReply\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\fR\x05value\x12\x14\n" +
 	"\x05names\x18\x02 \x03(\tR\x05names\"\x0f\n" +
-	"\rStatfsRequest\"\x84\x02\n" +
+	"\rStatfsRequest\"\xca\x02\n" +
 	"\vStatfsReply\x12\x16\n" +
 	"\x06inodes\x18\x01 \x01(\x04R\x06inodes\x12\x14\n" +
 	"\x05files\x18\x02 \x01(\x04R\x05files\x12\x14\n" +
@@ -2105,7 +2123,9 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\n" +
 	"free_bytes\x18\x05 \x01(\x04R\tfreeBytes\x12+\n" +
 	"\x11targets_reporting\x18\x06 \x01(\rR\x10targetsReporting\x12>\n" +
-	"\ftarget_space\x18\a \x03(\v2\x1b.sluice.meta.v1.TargetSpaceR\vtargetSpace\"e\n" +
+	"\ftarget_space\x18\a \x03(\v2\x1b.sluice.meta.v1.TargetSpaceR\vtargetSpace\x12!\n" +
+	"\finline_files\x18\b \x01(\x04R\vinlineFiles\x12!\n" +
+	"\finline_bytes\x18\t \x01(\x04R\vinlineBytes\"e\n" +
 	"\vTargetSpace\x12\x16\n" +
 	"\x06target\x18\x01 \x01(\rR\x06target\x12\x1f\n" +
 	"\vtotal_bytes\x18\x02 \x01(\x04R\n" +

@@ -722,6 +722,9 @@ func raiseWritten(in *metapb.Inode, end uint64) {
 type Usage struct {
 	Inodes, Files uint64
 	Bytes         uint64 // the files' lengths, added up
+	// InlineFiles are the files whose bytes the namespace keeps, and
+	// InlineBytes those bytes.
+	InlineFiles, InlineBytes uint64
 }
 
 // Statfs counts the namespace's inodes, files and file bytes.
@@ -741,6 +744,10 @@ func (ns *Namespace) Statfs() (Usage, error) {
 		if in.Type == metapb.InodeType_FILE {
 			u.Files++
 			u.Bytes += in.Size
+			if in.Inline > 0 {
+				u.InlineFiles++
+				u.InlineBytes += uint64(in.Inline)
+			}
 		}
 	}
 	return u, it.Error()

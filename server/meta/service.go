@@ -549,7 +549,7 @@ func (s *Service) Statfs(ctx context.Context, req *metapb.StatfsRequest) (*metap
 		u, err = ns.Statfs()
 		return err
 	})
-	reply := &metapb.StatfsReply{Inodes: u.Inodes, Files: u.Files, Bytes: u.Bytes}
+	reply := &metapb.StatfsReply{Inodes: u.Inodes, Files: u.Files, Bytes: u.Bytes, InlineFiles: u.InlineFiles, InlineBytes: u.InlineBytes}
 	if s.space != nil && err == nil {
 		var total, free uint64
 		targets := s.space()
