@@ -212,14 +212,14 @@ func (fs *FS) Create(cancel <-chan struct{}, in *gofuse.CreateIn, name string, o
 	if in.Flags&accMode != syscall.O_RDONLY {
 		var f *sdk.File
 		if f, err = fs.c.CreateOpenAt(ctx, in.NodeId, name, o); err == nil {
-			fs.names.made(in.NodeId, name, f.Inode(), time.Now())
+			fs.names.made(in.NodeId, name, f.Inode(), time.Now(), true)
 			fs.noCaps.add(f.Inode().Ino(), fs.cfg.AttrTimeout) // a new file has no attributes
 			out.Fh = fs.adopt(f)
 			fs.fillEntry(f.Inode(), &out.EntryOut)
 			return gofuse.OK
 		}
 	} else if ino, err = fs.c.CreateAt(ctx, in.NodeId, name, o); err == nil {
-		fs.names.made(in.NodeId, name, ino, time.Now())
+		fs.names.made(in.NodeId, name, ino, time.Now(), true)
 	}
 	if errors.Is(err, sdk.ErrExist) && in.Flags&syscall.O_EXCL == 0 {
 		ino, err = fs.c.StatAt(ctx, in.NodeId, name) // made by someone else meanwhile: open it

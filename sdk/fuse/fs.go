@@ -129,6 +129,9 @@ type Stats struct {
 	// NamesRemembered counts lookups answered from directories listed in
 	// bulk (names.go); Listings the listings taken for them.
 	NamesRemembered, Listings atomic.Int64
+	// AttrsRemembered counts directories' GETATTRs answered from memory
+	// (names.dirAttr).
+	AttrsRemembered atomic.Int64
 	// CacheFetches counts blocks the block cache fetched (cache.go),
 	// CacheHits the reads it answered from memory.
 	CacheFetches, CacheHits atomic.Int64
@@ -219,7 +222,7 @@ func (fs *FS) Lookup(cancel <-chan struct{}, h *gofuse.InHeader, name string, ou
 // made answers a request that made name in dir and remembers the name.
 func (fs *FS) made(op string, dir uint64, name string, in *sdk.FileInfo, err error, out *gofuse.EntryOut) gofuse.Status {
 	if err == nil {
-		fs.names.made(dir, name, in, time.Now())
+		fs.names.made(dir, name, in, time.Now(), op != "link") // a link stamps the inode it links, not a new one
 	}
 	return fs.entry(op, dir, in, err, out)
 }
@@ -241,6 +244,14 @@ func (fs *FS) stat(ctx context.Context, ino uint64) (in *sdk.FileInfo, unlinked 
 }
 
 func (fs *FS) GetAttr(cancel <-chan struct{}, in *gofuse.GetAttrIn, out *gofuse.AttrOut) gofuse.Status {
+	now := time.Now()
+	if a, left, ok := fs.names.dirAttr(in.NodeId, now); ok {
+		out.Attr = a
+		out.SetTimeout(left)
+		fs.stats.AttrsRemembered.Add(1)
+		return gofuse.OK
+	}
+	gen := fs.names.generation()
 	ctx, done := fs.op()
 	defer done()
 	ino, unlinked, err := fs.stat(ctx, in.NodeId)
@@ -251,6 +262,9 @@ func (fs *FS) GetAttr(cancel <-chan struct{}, in *gofuse.GetAttrIn, out *gofuse.
 	fs.fillAttr(ino, &out.Attr)
 	if unlinked {
 		out.Attr.Nlink = 0
+	}
+	if ino.IsDir() {
+		fs.names.keepDirAttr(in.NodeId, out.Attr, gen, now)
 	}
 	return gofuse.OK
 }

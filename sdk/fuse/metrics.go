@@ -16,6 +16,7 @@ func (fs *FS) Collectors() []prometheus.Collector {
 		counter("sluice_mount_cache_fetches_total", "Blocks the mount's block cache fetched for readers that came back to them.", &st.CacheFetches),
 		counter("sluice_mount_cache_hits_total", "Reads the block cache answered from memory.", &st.CacheHits),
 		counter("sluice_mount_lookups_remembered_total", "Lookups answered from directories listed in bulk.", &st.NamesRemembered),
+		counter("sluice_mount_dir_attrs_remembered_total", "Directories' attribute requests answered from memory (after this mount's creates in them).", &st.AttrsRemembered),
 		counter("sluice_mount_listings_total", "Directories listed in bulk to answer runs of lookups.", &st.Listings),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_mount_cache_bytes", Help: "Bytes of file blocks the block cache holds."},
 			func() float64 { return float64(fs.cache.held()) }),

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
 	"github.com/sluicefs/sluice/sdk"
 )
 
@@ -33,6 +35,15 @@ type names struct {
 	changed map[uint64]uint64     // inode → the generation of its last change here
 	dirs    map[uint64]*dirMemory // by directory inode
 	count   int                   // names held, over all dirs
+	attrs   map[uint64]attrEntry  // directories' attributes (dirAttr)
+}
+
+// attrEntry is a directory's attributes as fetched at at, from generation
+// gen, then moved on by this mount's creates in it.
+type attrEntry struct {
+	a   gofuse.Attr
+	at  time.Time
+	gen uint64
 }
 
 // dirMemory is one directory's names and its lookup misses.
@@ -68,7 +79,7 @@ const (
 )
 
 func newNames(entryTTL, attrTTL time.Duration) *names {
-	return &names{entryTTL: entryTTL, attrTTL: attrTTL, changed: map[uint64]uint64{}, dirs: map[uint64]*dirMemory{}}
+	return &names{entryTTL: entryTTL, attrTTL: attrTTL, changed: map[uint64]uint64{}, dirs: map[uint64]*dirMemory{}, attrs: map[uint64]attrEntry{}}
 }
 
 // lookup answers (dir, name) from memory: the inode and the entry and
@@ -161,12 +172,28 @@ func (n *names) listed(dir uint64, gen uint64, at time.Time, ents []sdk.DirEntry
 }
 
 // made records a name this mount made (or linked) in dir, with the inode
-// the cluster answered, and the directory's own change.
-func (n *names) made(dir uint64, name string, fi *sdk.FileInfo, at time.Time) {
+// the cluster answered, and the directory's own change. stamped says the
+// directory's mtime and ctime became the new inode's ctime (one command
+// stamps both when it makes an inode), so remembered attributes of the
+// directory stay good with those times (and one more link for a new
+// directory).
+func (n *names) made(dir uint64, name string, fi *sdk.FileInfo, at time.Time, stamped bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	e, ok := n.attrs[dir]
+	fresh := ok && n.changed[dir] <= e.gen
 	n.touch(dir)
 	n.touch(fi.Ino())
+	if fresh && stamped {
+		if s, ns := unixTime(fi.ChangeTime()); s > e.a.Mtime || s == e.a.Mtime && ns > e.a.Mtimensec {
+			e.a.Mtime, e.a.Mtimensec, e.a.Ctime, e.a.Ctimensec = s, ns, s, ns
+		}
+		if fi.IsDir() {
+			e.a.Nlink++
+		}
+		e.gen = n.gen // still bounded by its fetch's time
+		n.attrs[dir] = e
+	}
 	d := n.dirs[dir]
 	if d == nil { // only directories being looked up in keep names
 		return
@@ -204,6 +231,48 @@ func (n *names) removed(dir uint64, name string, now time.Time) {
 	n.touch(e.fi.Ino())
 }
 
+// dirAttr answers a directory's attributes from memory: fetched within
+// the attribute timeout and changed since only by this mount's creates in
+// it (made). The kernel drops a directory's attributes at every change in
+// it and asks again before the next create there (its permission check),
+// so a run of creates would otherwise cost a round trip each.
+func (n *names) dirAttr(ino uint64, now time.Time) (gofuse.Attr, time.Duration, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	e, ok := n.attrs[ino]
+	if !ok {
+		return gofuse.Attr{}, 0, false
+	}
+	age := now.Sub(e.at)
+	if age >= n.attrTTL || n.changed[ino] > e.gen {
+		delete(n.attrs, ino)
+		return gofuse.Attr{}, 0, false
+	}
+	return e.a, n.attrTTL - age, true
+}
+
+// keepDirAttr remembers a directory's attributes fetched at at, from
+// generation gen, unless this mount changed it since.
+func (n *names) keepDirAttr(ino uint64, a gofuse.Attr, gen uint64, at time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.changed[ino] > gen {
+		return
+	}
+	if len(n.attrs) >= maxNames {
+		clear(n.attrs)
+	}
+	n.attrs[ino] = attrEntry{a: a, at: at, gen: gen}
+}
+
+// generation is the count of this mount's changes so far: a fetch begun
+// now is stale for any inode changed after it.
+func (n *names) generation() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.gen
+}
+
 // touched records that this mount changed inode ino's attributes.
 func (n *names) touched(ino uint64) {
 	n.mu.Lock()
@@ -224,6 +293,7 @@ func (n *names) touch(ino uint64) {
 func (n *names) forgetAll() {
 	n.gen++
 	clear(n.changed)
+	clear(n.attrs)
 	for ino, d := range n.dirs {
 		if d.listing {
 			// its fetch began before now: it must not be kept

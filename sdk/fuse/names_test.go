@@ -80,7 +80,7 @@ func TestNamesRules(t *testing.T) {
 	if fi, _, _ := n.lookup(dir, "f0", t0); fi == nil {
 		t.Fatal("f0 lost by changes to other names")
 	}
-	n.made(dir, "f3-again", byName["f3"], t0)
+	n.made(dir, "f3-again", byName["f3"], t0, false)
 	if fi, _, _ := n.lookup(dir, "f3-again", t0); fi == nil || fi.Ino() != byName["f3"].Ino() {
 		t.Fatal("a name made here is not answered")
 	}
@@ -280,4 +280,58 @@ func TestReadDirTypes(t *testing.T) {
 	if len(want) != 0 {
 		t.Errorf("not listed: %v", want)
 	}
+}
+
+// TestDirAttrsAfterCreates: the GETATTR the kernel sends for a directory
+// after each create in it is answered from memory, with the times the
+// cluster gave the directory (its mtime and ctime are the new file's
+// ctime, a new subdirectory adds a link); any other change to the
+// directory through the mount, and another client's change once the
+// attribute timeout has passed, show as they did.
+func TestDirAttrsAfterCreates(t *testing.T) {
+	mt := mount(t, 64<<10)
+	ctx := context.Background()
+	d := filepath.Join(mt.dir, "d")
+	must(t, os.Mkdir(d, 0o755))
+	stats := mt.m.FS.Stats()
+	same := func(what string) {
+		t.Helper()
+		st, err := os.Stat(d)
+		must(t, err)
+		want, err := mt.cl.Stat(ctx, "/d")
+		must(t, err)
+		sys := st.Sys().(*syscall.Stat_t)
+		if !st.ModTime().Equal(want.ModTime()) || sys.Ctim != syscall.NsecToTimespec(want.ChangeTime().UnixNano()) ||
+			uint32(sys.Nlink) != want.Nlink() || st.Mode() != want.Mode() {
+			t.Fatalf("%s: the mount says mtime %v ctime %v nlink %d mode %v; the cluster %v %v %d %v", what,
+				st.ModTime(), time.Unix(sys.Ctim.Unix()), sys.Nlink, st.Mode(), want.ModTime(), want.ChangeTime(), want.Nlink(), want.Mode())
+		}
+	}
+	same("before")
+	before := stats.AttrsRemembered.Load()
+	for i := range 20 {
+		f, err := os.OpenFile(filepath.Join(d, fmt.Sprint("f", i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		must(t, err)
+		must(t, f.Close())
+		same(fmt.Sprint("after create ", i))
+	}
+	if n := stats.AttrsRemembered.Load() - before; n < 15 {
+		t.Fatalf("%d of the directory's 20 GETATTRs after creates answered from memory, want most", n)
+	}
+	must(t, os.Mkdir(filepath.Join(d, "sub"), 0o755))
+	same("after mkdir")
+	must(t, os.Remove(filepath.Join(d, "f0")))
+	same("after unlink")
+	must(t, os.Chmod(d, 0o700))
+	same("after chmod")
+	must(t, os.Rename(filepath.Join(d, "f1"), filepath.Join(d, "g1")))
+	same("after rename")
+	must(t, os.Link(filepath.Join(d, "f2"), filepath.Join(d, "h2")))
+	same("after link")
+	must(t, os.Symlink("f3", filepath.Join(d, "s3")))
+	same("after symlink")
+	// Another client's change: shown once the timeout (1 s) has passed.
+	must(t, mt.cl.Chmod(ctx, "/d", 0o750))
+	time.Sleep(1100 * time.Millisecond)
+	same("a timeout after another client's chmod")
 }
