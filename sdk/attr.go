@@ -146,7 +146,9 @@ func (f *File) Inode() *FileInfo {
 
 // Sync makes the length written through this handle visible to every
 // client, keeping the handle open (fsync). The bytes themselves are on
-// storage, replicated, once WriteAt returns.
+// storage, replicated, once WriteAt returns, except a small file's, which
+// Sync (or Close) hands to the metadata service with the length
+// (inline.go). With nothing written since the last Sync it sends nothing.
 func (f *File) Sync(ctx context.Context) error {
 	if f.session == 0 {
 		return nil

@@ -125,7 +125,8 @@ func (f *File) eachPiece(b []byte, off int64, access fabric.Access, fn func(mr f
 }
 
 // WriteAt writes p at off; the file's length as others see it is set when
-// the file is closed. The chunks p spans are written concurrently.
+// the file is closed. The chunks p spans are written concurrently; a small
+// file's bytes stay in the handle until Sync or Close (inline.go).
 func (f *File) WriteAt(p []byte, off int64) (int, error) {
 	return f.WriteAtContext(context.Background(), p, off)
 }
