@@ -126,6 +126,7 @@ func (c *Client) UnlinkAt(ctx context.Context, at uint64, p string) error {
 	if err := checkPath("unlink", at, p); err != nil {
 		return err
 	}
+	c.sendEnds() // sessions of files this client closed go first: an unlinked file they held would wait for the collector
 	cctx, done := c.call(ctx)
 	defer done()
 	_, err := c.meta.Unlink(cctx, &metapb.PathRequest{At: at, Path: p, Client: c.id, Seq: c.next()})
@@ -162,6 +163,7 @@ func (c *Client) rename(ctx context.Context, req *metapb.RenameRequest) error {
 	if err := checkPath("rename", req.ToAt, req.To); err != nil {
 		return err
 	}
+	c.sendEnds() // as UnlinkAt: a rename may replace a file
 	cctx, done := c.call(ctx)
 	defer done()
 	req.Client, req.Seq = c.id, c.next()

@@ -75,6 +75,11 @@ type Client struct {
 	leases  readLeases
 	locks   heldLocks      // file locks held (locks.go), renewed with the leases
 	writing atomic.Int64   // files open for writing: while any is, the client renews (leases.go)
+
+	// Write sessions whose end waits for a close to ride on (ending.go).
+	endMu    sync.Mutex
+	ends     []*metapb.SessionRef
+	endTimer *time.Timer
 	wg      sync.WaitGroup // renewLeases
 
 	// closing ends when Close begins. It is a signal, not a parent: a call
@@ -161,6 +166,7 @@ func (c *Client) Metrics() *Metrics { return c.metrics }
 
 // Close releases the connection.
 func (c *Client) Close() error {
+	c.flushEnds()
 	c.releaseAllLocks()
 	if c.close != nil {
 		c.close()
@@ -254,6 +260,7 @@ func (c *Client) Remove(ctx context.Context, p string) error {
 	if err != nil {
 		return err
 	}
+	c.sendEnds() // as UnlinkAt
 	cctx, done := c.call(ctx)
 	defer done()
 	req := &metapb.PathRequest{Path: p, Client: c.id, Seq: c.next()}
@@ -354,15 +361,19 @@ func (c *Client) closeSession(ctx context.Context, f *File, keep bool) error {
 	f.mu.Lock()
 	size, wrote, publish := f.size, f.wrote, f.unpublished
 	f.mu.Unlock()
-	req := &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, KeepOpen: keep, Client: c.id, Seq: c.next()}
-	if publish {
-		req.Size, req.Written = &size, &wrote
-	} else if keep {
+	switch {
+	case !publish && keep:
 		return nil // nothing written since the last sync
+	case !publish:
+		c.endLater(f) // only the session's end is left: it rides on the next close
+		return nil
 	}
+	req := &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, KeepOpen: keep, Size: &size, Written: &wrote,
+		Client: c.id, Seq: c.next(), Ended: c.takeEnds()}
 	cctx, done := c.call(ctx)
 	defer done()
 	if _, err := c.meta.Close(cctx, req); err != nil {
+		c.endAgain(req.Ended)
 		return c.timedOut(cctx, fsErr("close", f.name, err))
 	}
 	f.mu.Lock()

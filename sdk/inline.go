@@ -188,8 +188,12 @@ func (f *File) handOver(ctx context.Context, keep bool) error {
 	size := uint64(f.Size())
 	cctx, done := f.c.call(ctx)
 	defer done()
+	ended := f.c.takeEnds()
 	_, err := f.c.meta.Close(cctx, &metapb.CloseRequest{Ino: f.in.Ino, Session: f.session, Size: &size, KeepOpen: keep,
-		Inline: true, Data: f.small.data, Client: f.c.id, Seq: f.c.next()})
+		Inline: true, Data: f.small.data, Client: f.c.id, Seq: f.c.next(), Ended: ended})
+	if err != nil {
+		f.c.endAgain(ended) // a refusal before the log, or a failure: ending twice is harmless
+	}
 	if err == nil {
 		f.small.dirty = false
 		f.mu.Lock()

@@ -290,3 +290,97 @@ func TestCloseWithoutWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionEndsRide: the last close of a handle that published
+// everything sends nothing; its session's end rides on the client's next
+// close, or goes on its own after endDelay, or at Client.Close. The proof
+// that it ended: another client's inline hand-over of the same file is
+// accepted (it is refused beside an open session, which moves the bytes
+// to storage).
+func TestSessionEndsRide(t *testing.T) {
+	c := startCluster(t, t.TempDir())
+	g := c.Metrics()
+	w, other := connect(t, c), connect(t, c)
+	ctx := context.Background()
+	closes := func() float64 {
+		mfs, err := g.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() != "sluice_meta_call_seconds" {
+				continue
+			}
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "method" && l.GetValue() == "Close" {
+						return float64(m.GetHistogram().GetSampleCount())
+					}
+				}
+			}
+		}
+		return 0
+	}
+	synced := func(p string) {
+		t.Helper()
+		f, err := w.Create(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("first"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		n := closes()
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if closes() != n {
+			t.Fatalf("%s: the close after a sync sent a command of its own", p)
+		}
+	}
+	ended := func(p string) {
+		t.Helper()
+		f, err := other.OpenFile(ctx, p, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt([]byte("second"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if n := storedBytes(t, other, p); n != 0 {
+			t.Fatalf("%s: the hand-over beside the first writer's session was refused (%d bytes on storage): its session was still open", p, n)
+		}
+		if got := readBoth(t, other, p); string(got) != "second" {
+			t.Fatalf("%s reads %q", p, got)
+		}
+	}
+
+	// Riding on the next close.
+	synced("/a")
+	n := closes()
+	if err := w.WriteFile(ctx, "/b", []byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	if closes() != n+1 {
+		t.Fatalf("writing /b took %v closes, want 1 (carrying /a's end)", closes()-n)
+	}
+	ended("/a")
+
+	// On its own, after the delay.
+	synced("/c")
+	time.Sleep(4 * endDelay)
+	ended("/c")
+
+	// At Client.Close.
+	synced("/d")
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ended("/d")
+}

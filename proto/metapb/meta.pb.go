@@ -998,8 +998,11 @@ type SessionOp struct {
 	Written *uint64 `protobuf:"varint,6,opt,name=written,proto3,oneof" json:"written,omitempty"`
 	// close_session with inline: the file's whole content is data, kept in
 	// the metadata store, and its length is size.
-	Inline        bool   `protobuf:"varint,7,opt,name=inline,proto3" json:"inline,omitempty"`
-	Data          []byte `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	Inline bool   `protobuf:"varint,7,opt,name=inline,proto3" json:"inline,omitempty"`
+	Data   []byte `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	// close_session: other sessions of the same client, ended first (each
+	// with its ino and session).
+	Ended         []*SessionOp `protobuf:"bytes,9,rep,name=ended,proto3" json:"ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1086,6 +1089,13 @@ func (x *SessionOp) GetInline() bool {
 func (x *SessionOp) GetData() []byte {
 	if x != nil {
 		return x.Data
+	}
+	return nil
+}
+
+func (x *SessionOp) GetEnded() []*SessionOp {
+	if x != nil {
+		return x.Ended
 	}
 	return nil
 }
@@ -1765,7 +1775,7 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x03 \x01(\fR\x05value\x12\x14\n" +
-	"\x05flags\x18\x04 \x01(\rR\x05flags\"\xdc\x01\n" +
+	"\x05flags\x18\x04 \x01(\rR\x05flags\"\x8d\x02\n" +
 	"\tSessionOp\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x16\n" +
@@ -1774,7 +1784,8 @@ const file_meta_v1_meta_proto_rawDesc = "" +
 	"\x04keep\x18\x05 \x01(\bR\x04keep\x12\x1d\n" +
 	"\awritten\x18\x06 \x01(\x04H\x01R\awritten\x88\x01\x01\x12\x16\n" +
 	"\x06inline\x18\a \x01(\bR\x06inline\x12\x12\n" +
-	"\x04data\x18\b \x01(\fR\x04dataB\a\n" +
+	"\x04data\x18\b \x01(\fR\x04data\x12/\n" +
+	"\x05ended\x18\t \x03(\v2\x19.sluice.meta.v1.SessionOpR\x05endedB\a\n" +
 	"\x05_sizeB\n" +
 	"\n" +
 	"\b_written\"m\n" +
@@ -1897,12 +1908,13 @@ var file_meta_v1_meta_proto_depIdxs = []int32{
 	7,  // 15: sluice.meta.v1.Command.set_xattr:type_name -> sluice.meta.v1.XattrOp
 	7,  // 16: sluice.meta.v1.Command.remove_xattr:type_name -> sluice.meta.v1.XattrOp
 	0,  // 17: sluice.meta.v1.MknodOp.type:type_name -> sluice.meta.v1.InodeType
-	2,  // 18: sluice.meta.v1.Result.inode:type_name -> sluice.meta.v1.Inode
-	19, // [19:19] is the sub-list for method output_type
-	19, // [19:19] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	8,  // 18: sluice.meta.v1.SessionOp.ended:type_name -> sluice.meta.v1.SessionOp
+	2,  // 19: sluice.meta.v1.Result.inode:type_name -> sluice.meta.v1.Inode
+	20, // [20:20] is the sub-list for method output_type
+	20, // [20:20] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_meta_proto_init() }

@@ -1018,8 +1018,12 @@ type CloseRequest struct {
 	// open said), which the metadata service keeps; its length is size.
 	// Refused (FAILED_PRECONDITION) while another write session is open on
 	// the file: the writer then stores the bytes in chunks.
-	Inline        bool   `protobuf:"varint,8,opt,name=inline,proto3" json:"inline,omitempty"`
-	Data          []byte `protobuf:"bytes,9,opt,name=data,proto3" json:"data,omitempty"`
+	Inline bool   `protobuf:"varint,8,opt,name=inline,proto3" json:"inline,omitempty"`
+	Data   []byte `protobuf:"bytes,9,opt,name=data,proto3" json:"data,omitempty"`
+	// ended: other write sessions of this client, on files it closed with
+	// nothing left to publish, ended in the same command (before the close
+	// itself): their handles' last closes cost no command of their own.
+	Ended         []*SessionRef `protobuf:"bytes,10,rep,name=ended,proto3" json:"ended,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1117,6 +1121,66 @@ func (x *CloseRequest) GetData() []byte {
 	return nil
 }
 
+func (x *CloseRequest) GetEnded() []*SessionRef {
+	if x != nil {
+		return x.Ended
+	}
+	return nil
+}
+
+// SessionRef names a write session of the client that sends it.
+type SessionRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ino           uint64                 `protobuf:"varint,1,opt,name=ino,proto3" json:"ino,omitempty"`
+	Session       uint64                 `protobuf:"varint,2,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SessionRef) Reset() {
+	*x = SessionRef{}
+	mi := &file_meta_v1_service_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SessionRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SessionRef) ProtoMessage() {}
+
+func (x *SessionRef) ProtoReflect() protoreflect.Message {
+	mi := &file_meta_v1_service_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SessionRef.ProtoReflect.Descriptor instead.
+func (*SessionRef) Descriptor() ([]byte, []int) {
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *SessionRef) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
+func (x *SessionRef) GetSession() uint64 {
+	if x != nil {
+		return x.Session
+	}
+	return 0
+}
+
 type KeepOpenRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Client uint64                 `protobuf:"varint,1,opt,name=client,proto3" json:"client,omitempty"`
@@ -1130,7 +1194,7 @@ type KeepOpenRequest struct {
 
 func (x *KeepOpenRequest) Reset() {
 	*x = KeepOpenRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[15]
+	mi := &file_meta_v1_service_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1206,7 @@ func (x *KeepOpenRequest) String() string {
 func (*KeepOpenRequest) ProtoMessage() {}
 
 func (x *KeepOpenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[15]
+	mi := &file_meta_v1_service_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1219,7 @@ func (x *KeepOpenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeepOpenRequest.ProtoReflect.Descriptor instead.
 func (*KeepOpenRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{15}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *KeepOpenRequest) GetClient() uint64 {
@@ -1189,7 +1253,7 @@ type LockRequest struct {
 
 func (x *LockRequest) Reset() {
 	*x = LockRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[16]
+	mi := &file_meta_v1_service_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1265,7 @@ func (x *LockRequest) String() string {
 func (*LockRequest) ProtoMessage() {}
 
 func (x *LockRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[16]
+	mi := &file_meta_v1_service_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1278,7 @@ func (x *LockRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockRequest.ProtoReflect.Descriptor instead.
 func (*LockRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{16}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *LockRequest) GetLock() *Lock {
@@ -1244,7 +1308,7 @@ type LockReply struct {
 
 func (x *LockReply) Reset() {
 	*x = LockReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[17]
+	mi := &file_meta_v1_service_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1256,7 +1320,7 @@ func (x *LockReply) String() string {
 func (*LockReply) ProtoMessage() {}
 
 func (x *LockReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[17]
+	mi := &file_meta_v1_service_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1269,7 +1333,7 @@ func (x *LockReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LockReply.ProtoReflect.Descriptor instead.
 func (*LockReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{17}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *LockReply) GetGranted() bool {
@@ -1312,7 +1376,7 @@ type SetattrRequest struct {
 
 func (x *SetattrRequest) Reset() {
 	*x = SetattrRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[18]
+	mi := &file_meta_v1_service_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1324,7 +1388,7 @@ func (x *SetattrRequest) String() string {
 func (*SetattrRequest) ProtoMessage() {}
 
 func (x *SetattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[18]
+	mi := &file_meta_v1_service_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1337,7 +1401,7 @@ func (x *SetattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetattrRequest.ProtoReflect.Descriptor instead.
 func (*SetattrRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{18}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetattrRequest) GetPath() string {
@@ -1426,7 +1490,7 @@ type LinkRequest struct {
 
 func (x *LinkRequest) Reset() {
 	*x = LinkRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[19]
+	mi := &file_meta_v1_service_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1502,7 @@ func (x *LinkRequest) String() string {
 func (*LinkRequest) ProtoMessage() {}
 
 func (x *LinkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[19]
+	mi := &file_meta_v1_service_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1515,7 @@ func (x *LinkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LinkRequest.ProtoReflect.Descriptor instead.
 func (*LinkRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{19}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *LinkRequest) GetPath() string {
@@ -1513,7 +1577,7 @@ type MknodRequest struct {
 
 func (x *MknodRequest) Reset() {
 	*x = MknodRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[20]
+	mi := &file_meta_v1_service_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1589,7 @@ func (x *MknodRequest) String() string {
 func (*MknodRequest) ProtoMessage() {}
 
 func (x *MknodRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[20]
+	mi := &file_meta_v1_service_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1602,7 @@ func (x *MknodRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MknodRequest.ProtoReflect.Descriptor instead.
 func (*MknodRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{20}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *MknodRequest) GetPath() string {
@@ -1622,7 +1686,7 @@ type XattrRequest struct {
 
 func (x *XattrRequest) Reset() {
 	*x = XattrRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[21]
+	mi := &file_meta_v1_service_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1634,7 +1698,7 @@ func (x *XattrRequest) String() string {
 func (*XattrRequest) ProtoMessage() {}
 
 func (x *XattrRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[21]
+	mi := &file_meta_v1_service_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1647,7 +1711,7 @@ func (x *XattrRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use XattrRequest.ProtoReflect.Descriptor instead.
 func (*XattrRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{21}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *XattrRequest) GetPath() string {
@@ -1710,7 +1774,7 @@ type XattrReply struct {
 
 func (x *XattrReply) Reset() {
 	*x = XattrReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[22]
+	mi := &file_meta_v1_service_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1786,7 @@ func (x *XattrReply) String() string {
 func (*XattrReply) ProtoMessage() {}
 
 func (x *XattrReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[22]
+	mi := &file_meta_v1_service_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1799,7 @@ func (x *XattrReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use XattrReply.ProtoReflect.Descriptor instead.
 func (*XattrReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{22}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *XattrReply) GetValue() []byte {
@@ -1760,7 +1824,7 @@ type StatfsRequest struct {
 
 func (x *StatfsRequest) Reset() {
 	*x = StatfsRequest{}
-	mi := &file_meta_v1_service_proto_msgTypes[23]
+	mi := &file_meta_v1_service_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1772,7 +1836,7 @@ func (x *StatfsRequest) String() string {
 func (*StatfsRequest) ProtoMessage() {}
 
 func (x *StatfsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[23]
+	mi := &file_meta_v1_service_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1785,7 +1849,7 @@ func (x *StatfsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsRequest.ProtoReflect.Descriptor instead.
 func (*StatfsRequest) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{23}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{24}
 }
 
 type StatfsReply struct {
@@ -1812,7 +1876,7 @@ type StatfsReply struct {
 
 func (x *StatfsReply) Reset() {
 	*x = StatfsReply{}
-	mi := &file_meta_v1_service_proto_msgTypes[24]
+	mi := &file_meta_v1_service_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1824,7 +1888,7 @@ func (x *StatfsReply) String() string {
 func (*StatfsReply) ProtoMessage() {}
 
 func (x *StatfsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[24]
+	mi := &file_meta_v1_service_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1837,7 +1901,7 @@ func (x *StatfsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatfsReply.ProtoReflect.Descriptor instead.
 func (*StatfsReply) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{24}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *StatfsReply) GetInodes() uint64 {
@@ -1915,7 +1979,7 @@ type TargetSpace struct {
 
 func (x *TargetSpace) Reset() {
 	*x = TargetSpace{}
-	mi := &file_meta_v1_service_proto_msgTypes[25]
+	mi := &file_meta_v1_service_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1927,7 +1991,7 @@ func (x *TargetSpace) String() string {
 func (*TargetSpace) ProtoMessage() {}
 
 func (x *TargetSpace) ProtoReflect() protoreflect.Message {
-	mi := &file_meta_v1_service_proto_msgTypes[25]
+	mi := &file_meta_v1_service_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1940,7 +2004,7 @@ func (x *TargetSpace) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TargetSpace.ProtoReflect.Descriptor instead.
 func (*TargetSpace) Descriptor() ([]byte, []int) {
-	return file_meta_v1_service_proto_rawDescGZIP(), []int{25}
+	return file_meta_v1_service_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *TargetSpace) GetTarget() uint32 {
@@ -2042,7 +2106,7 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\x06chains\x18\x03 \x03(\rR\x06chains\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x1d\n" +
 	"\n" +
-	"inline_max\x18\x05 \x01(\rR\tinlineMax\"\xfa\x01\n" +
+	"inline_max\x18\x05 \x01(\rR\tinlineMax\"\xac\x02\n" +
 	"\fCloseRequest\x12\x10\n" +
 	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
 	"\asession\x18\x02 \x01(\x04R\asession\x12\x17\n" +
@@ -2052,10 +2116,16 @@ const file_meta_v1_service_proto_rawDesc = "" +
 	"\tkeep_open\x18\x06 \x01(\bR\bkeepOpen\x12\x1d\n" +
 	"\awritten\x18\a \x01(\x04H\x01R\awritten\x88\x01\x01\x12\x16\n" +
 	"\x06inline\x18\b \x01(\bR\x06inline\x12\x12\n" +
-	"\x04data\x18\t \x01(\fR\x04dataB\a\n" +
+	"\x04data\x18\t \x01(\fR\x04data\x120\n" +
+	"\x05ended\x18\n" +
+	" \x03(\v2\x1a.sluice.meta.v1.SessionRefR\x05endedB\a\n" +
 	"\x05_sizeB\n" +
 	"\n" +
-	"\b_written\"m\n" +
+	"\b_written\"8\n" +
+	"\n" +
+	"SessionRef\x12\x10\n" +
+	"\x03ino\x18\x01 \x01(\x04R\x03ino\x12\x18\n" +
+	"\asession\x18\x02 \x01(\x04R\asession\"m\n" +
 	"\x0fKeepOpenRequest\x12\x16\n" +
 	"\x06client\x18\x01 \x01(\x04R\x06client\x12\x16\n" +
 	"\x06inodes\x18\x02 \x03(\x04R\x06inodes\x12*\n" +
@@ -2170,7 +2240,7 @@ func file_meta_v1_service_proto_rawDescGZIP() []byte {
 	return file_meta_v1_service_proto_rawDescData
 }
 
-var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_meta_v1_service_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_meta_v1_service_proto_goTypes = []any{
 	(*MemberRequest)(nil),    // 0: sluice.meta.v1.MemberRequest
 	(*Empty)(nil),            // 1: sluice.meta.v1.Empty
@@ -2187,85 +2257,87 @@ var file_meta_v1_service_proto_goTypes = []any{
 	(*OpenRequest)(nil),      // 12: sluice.meta.v1.OpenRequest
 	(*OpenReply)(nil),        // 13: sluice.meta.v1.OpenReply
 	(*CloseRequest)(nil),     // 14: sluice.meta.v1.CloseRequest
-	(*KeepOpenRequest)(nil),  // 15: sluice.meta.v1.KeepOpenRequest
-	(*LockRequest)(nil),      // 16: sluice.meta.v1.LockRequest
-	(*LockReply)(nil),        // 17: sluice.meta.v1.LockReply
-	(*SetattrRequest)(nil),   // 18: sluice.meta.v1.SetattrRequest
-	(*LinkRequest)(nil),      // 19: sluice.meta.v1.LinkRequest
-	(*MknodRequest)(nil),     // 20: sluice.meta.v1.MknodRequest
-	(*XattrRequest)(nil),     // 21: sluice.meta.v1.XattrRequest
-	(*XattrReply)(nil),       // 22: sluice.meta.v1.XattrReply
-	(*StatfsRequest)(nil),    // 23: sluice.meta.v1.StatfsRequest
-	(*StatfsReply)(nil),      // 24: sluice.meta.v1.StatfsReply
-	(*TargetSpace)(nil),      // 25: sluice.meta.v1.TargetSpace
-	(*Inode)(nil),            // 26: sluice.meta.v1.Inode
-	(*DirEntry)(nil),         // 27: sluice.meta.v1.DirEntry
-	(*Lock)(nil),             // 28: sluice.meta.v1.Lock
-	(InodeType)(0),           // 29: sluice.meta.v1.InodeType
+	(*SessionRef)(nil),       // 15: sluice.meta.v1.SessionRef
+	(*KeepOpenRequest)(nil),  // 16: sluice.meta.v1.KeepOpenRequest
+	(*LockRequest)(nil),      // 17: sluice.meta.v1.LockRequest
+	(*LockReply)(nil),        // 18: sluice.meta.v1.LockReply
+	(*SetattrRequest)(nil),   // 19: sluice.meta.v1.SetattrRequest
+	(*LinkRequest)(nil),      // 20: sluice.meta.v1.LinkRequest
+	(*MknodRequest)(nil),     // 21: sluice.meta.v1.MknodRequest
+	(*XattrRequest)(nil),     // 22: sluice.meta.v1.XattrRequest
+	(*XattrReply)(nil),       // 23: sluice.meta.v1.XattrReply
+	(*StatfsRequest)(nil),    // 24: sluice.meta.v1.StatfsRequest
+	(*StatfsReply)(nil),      // 25: sluice.meta.v1.StatfsReply
+	(*TargetSpace)(nil),      // 26: sluice.meta.v1.TargetSpace
+	(*Inode)(nil),            // 27: sluice.meta.v1.Inode
+	(*DirEntry)(nil),         // 28: sluice.meta.v1.DirEntry
+	(*Lock)(nil),             // 29: sluice.meta.v1.Lock
+	(InodeType)(0),           // 30: sluice.meta.v1.InodeType
 }
 var file_meta_v1_service_proto_depIdxs = []int32{
-	26, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
-	27, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
-	26, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
-	26, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
-	28, // 4: sluice.meta.v1.KeepOpenRequest.locks:type_name -> sluice.meta.v1.Lock
-	28, // 5: sluice.meta.v1.LockRequest.lock:type_name -> sluice.meta.v1.Lock
-	28, // 6: sluice.meta.v1.LockReply.conflict:type_name -> sluice.meta.v1.Lock
-	29, // 7: sluice.meta.v1.MknodRequest.type:type_name -> sluice.meta.v1.InodeType
-	25, // 8: sluice.meta.v1.StatfsReply.target_space:type_name -> sluice.meta.v1.TargetSpace
-	2,  // 9: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
-	3,  // 10: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
-	5,  // 11: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
-	7,  // 12: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
-	7,  // 13: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
-	8,  // 14: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
-	2,  // 15: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
-	2,  // 16: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
-	9,  // 17: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
-	10, // 18: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
-	12, // 19: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
-	14, // 20: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
-	15, // 21: sluice.meta.v1.Meta.KeepOpen:input_type -> sluice.meta.v1.KeepOpenRequest
-	18, // 22: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
-	19, // 23: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
-	20, // 24: sluice.meta.v1.Meta.Mknod:input_type -> sluice.meta.v1.MknodRequest
-	21, // 25: sluice.meta.v1.Meta.GetXattr:input_type -> sluice.meta.v1.XattrRequest
-	2,  // 26: sluice.meta.v1.Meta.ListXattr:input_type -> sluice.meta.v1.PathRequest
-	21, // 27: sluice.meta.v1.Meta.SetXattr:input_type -> sluice.meta.v1.XattrRequest
-	21, // 28: sluice.meta.v1.Meta.RemoveXattr:input_type -> sluice.meta.v1.XattrRequest
-	16, // 29: sluice.meta.v1.Meta.Lock:input_type -> sluice.meta.v1.LockRequest
-	23, // 30: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
-	0,  // 31: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
-	0,  // 32: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
-	26, // 33: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
-	4,  // 34: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
-	6,  // 35: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
-	26, // 36: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
-	26, // 37: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
-	26, // 38: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
-	1,  // 39: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
-	1,  // 40: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
-	1,  // 41: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
-	11, // 42: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
-	13, // 43: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
-	1,  // 44: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
-	1,  // 45: sluice.meta.v1.Meta.KeepOpen:output_type -> sluice.meta.v1.Empty
-	26, // 46: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
-	26, // 47: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
-	26, // 48: sluice.meta.v1.Meta.Mknod:output_type -> sluice.meta.v1.Inode
-	22, // 49: sluice.meta.v1.Meta.GetXattr:output_type -> sluice.meta.v1.XattrReply
-	22, // 50: sluice.meta.v1.Meta.ListXattr:output_type -> sluice.meta.v1.XattrReply
-	1,  // 51: sluice.meta.v1.Meta.SetXattr:output_type -> sluice.meta.v1.Empty
-	1,  // 52: sluice.meta.v1.Meta.RemoveXattr:output_type -> sluice.meta.v1.Empty
-	17, // 53: sluice.meta.v1.Meta.Lock:output_type -> sluice.meta.v1.LockReply
-	24, // 54: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
-	1,  // 55: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
-	1,  // 56: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
-	33, // [33:57] is the sub-list for method output_type
-	9,  // [9:33] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	27, // 0: sluice.meta.v1.BatchStatReply.inodes:type_name -> sluice.meta.v1.Inode
+	28, // 1: sluice.meta.v1.ListReply.entries:type_name -> sluice.meta.v1.DirEntry
+	27, // 2: sluice.meta.v1.ListReply.inodes:type_name -> sluice.meta.v1.Inode
+	27, // 3: sluice.meta.v1.OpenReply.inode:type_name -> sluice.meta.v1.Inode
+	15, // 4: sluice.meta.v1.CloseRequest.ended:type_name -> sluice.meta.v1.SessionRef
+	29, // 5: sluice.meta.v1.KeepOpenRequest.locks:type_name -> sluice.meta.v1.Lock
+	29, // 6: sluice.meta.v1.LockRequest.lock:type_name -> sluice.meta.v1.Lock
+	29, // 7: sluice.meta.v1.LockReply.conflict:type_name -> sluice.meta.v1.Lock
+	30, // 8: sluice.meta.v1.MknodRequest.type:type_name -> sluice.meta.v1.InodeType
+	26, // 9: sluice.meta.v1.StatfsReply.target_space:type_name -> sluice.meta.v1.TargetSpace
+	2,  // 10: sluice.meta.v1.Meta.Stat:input_type -> sluice.meta.v1.PathRequest
+	3,  // 11: sluice.meta.v1.Meta.BatchStat:input_type -> sluice.meta.v1.BatchStatRequest
+	5,  // 12: sluice.meta.v1.Meta.List:input_type -> sluice.meta.v1.ListRequest
+	7,  // 13: sluice.meta.v1.Meta.Mkdir:input_type -> sluice.meta.v1.MakeRequest
+	7,  // 14: sluice.meta.v1.Meta.Create:input_type -> sluice.meta.v1.MakeRequest
+	8,  // 15: sluice.meta.v1.Meta.Symlink:input_type -> sluice.meta.v1.SymlinkRequest
+	2,  // 16: sluice.meta.v1.Meta.Unlink:input_type -> sluice.meta.v1.PathRequest
+	2,  // 17: sluice.meta.v1.Meta.Rmdir:input_type -> sluice.meta.v1.PathRequest
+	9,  // 18: sluice.meta.v1.Meta.Rename:input_type -> sluice.meta.v1.RenameRequest
+	10, // 19: sluice.meta.v1.Meta.Status:input_type -> sluice.meta.v1.StatusRequest
+	12, // 20: sluice.meta.v1.Meta.Open:input_type -> sluice.meta.v1.OpenRequest
+	14, // 21: sluice.meta.v1.Meta.Close:input_type -> sluice.meta.v1.CloseRequest
+	16, // 22: sluice.meta.v1.Meta.KeepOpen:input_type -> sluice.meta.v1.KeepOpenRequest
+	19, // 23: sluice.meta.v1.Meta.Setattr:input_type -> sluice.meta.v1.SetattrRequest
+	20, // 24: sluice.meta.v1.Meta.Link:input_type -> sluice.meta.v1.LinkRequest
+	21, // 25: sluice.meta.v1.Meta.Mknod:input_type -> sluice.meta.v1.MknodRequest
+	22, // 26: sluice.meta.v1.Meta.GetXattr:input_type -> sluice.meta.v1.XattrRequest
+	2,  // 27: sluice.meta.v1.Meta.ListXattr:input_type -> sluice.meta.v1.PathRequest
+	22, // 28: sluice.meta.v1.Meta.SetXattr:input_type -> sluice.meta.v1.XattrRequest
+	22, // 29: sluice.meta.v1.Meta.RemoveXattr:input_type -> sluice.meta.v1.XattrRequest
+	17, // 30: sluice.meta.v1.Meta.Lock:input_type -> sluice.meta.v1.LockRequest
+	24, // 31: sluice.meta.v1.Meta.Statfs:input_type -> sluice.meta.v1.StatfsRequest
+	0,  // 32: sluice.meta.v1.Meta.AddMember:input_type -> sluice.meta.v1.MemberRequest
+	0,  // 33: sluice.meta.v1.Meta.RemoveMember:input_type -> sluice.meta.v1.MemberRequest
+	27, // 34: sluice.meta.v1.Meta.Stat:output_type -> sluice.meta.v1.Inode
+	4,  // 35: sluice.meta.v1.Meta.BatchStat:output_type -> sluice.meta.v1.BatchStatReply
+	6,  // 36: sluice.meta.v1.Meta.List:output_type -> sluice.meta.v1.ListReply
+	27, // 37: sluice.meta.v1.Meta.Mkdir:output_type -> sluice.meta.v1.Inode
+	27, // 38: sluice.meta.v1.Meta.Create:output_type -> sluice.meta.v1.Inode
+	27, // 39: sluice.meta.v1.Meta.Symlink:output_type -> sluice.meta.v1.Inode
+	1,  // 40: sluice.meta.v1.Meta.Unlink:output_type -> sluice.meta.v1.Empty
+	1,  // 41: sluice.meta.v1.Meta.Rmdir:output_type -> sluice.meta.v1.Empty
+	1,  // 42: sluice.meta.v1.Meta.Rename:output_type -> sluice.meta.v1.Empty
+	11, // 43: sluice.meta.v1.Meta.Status:output_type -> sluice.meta.v1.StatusReply
+	13, // 44: sluice.meta.v1.Meta.Open:output_type -> sluice.meta.v1.OpenReply
+	1,  // 45: sluice.meta.v1.Meta.Close:output_type -> sluice.meta.v1.Empty
+	1,  // 46: sluice.meta.v1.Meta.KeepOpen:output_type -> sluice.meta.v1.Empty
+	27, // 47: sluice.meta.v1.Meta.Setattr:output_type -> sluice.meta.v1.Inode
+	27, // 48: sluice.meta.v1.Meta.Link:output_type -> sluice.meta.v1.Inode
+	27, // 49: sluice.meta.v1.Meta.Mknod:output_type -> sluice.meta.v1.Inode
+	23, // 50: sluice.meta.v1.Meta.GetXattr:output_type -> sluice.meta.v1.XattrReply
+	23, // 51: sluice.meta.v1.Meta.ListXattr:output_type -> sluice.meta.v1.XattrReply
+	1,  // 52: sluice.meta.v1.Meta.SetXattr:output_type -> sluice.meta.v1.Empty
+	1,  // 53: sluice.meta.v1.Meta.RemoveXattr:output_type -> sluice.meta.v1.Empty
+	18, // 54: sluice.meta.v1.Meta.Lock:output_type -> sluice.meta.v1.LockReply
+	25, // 55: sluice.meta.v1.Meta.Statfs:output_type -> sluice.meta.v1.StatfsReply
+	1,  // 56: sluice.meta.v1.Meta.AddMember:output_type -> sluice.meta.v1.Empty
+	1,  // 57: sluice.meta.v1.Meta.RemoveMember:output_type -> sluice.meta.v1.Empty
+	34, // [34:58] is the sub-list for method output_type
+	10, // [10:34] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_meta_v1_service_proto_init() }
@@ -2275,14 +2347,14 @@ func file_meta_v1_service_proto_init() {
 	}
 	file_meta_v1_meta_proto_init()
 	file_meta_v1_service_proto_msgTypes[14].OneofWrappers = []any{}
-	file_meta_v1_service_proto_msgTypes[18].OneofWrappers = []any{}
+	file_meta_v1_service_proto_msgTypes[19].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_meta_v1_service_proto_rawDesc), len(file_meta_v1_service_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

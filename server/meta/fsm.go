@@ -154,6 +154,11 @@ func (f *FSM) apply(cmd *metapb.Command) *metapb.Result {
 		err = f.ns.OpenSession(op.OpenSession.Ino, op.OpenSession.Client, op.OpenSession.Session, now)
 	case *metapb.Command_CloseSession:
 		c := op.CloseSession
+		for _, e := range c.Ended { // first: one of them may be on the file this close hands over
+			if err := f.ns.EndSession(e.Ino, c.Client, e.Session); err != nil {
+				return errResult(err)
+			}
+		}
 		if c.Inline {
 			err = f.ns.CloseInline(c.Ino, c.Client, c.Session, c.Data, c.GetSize(), c.Keep, now)
 		} else {

@@ -424,11 +424,21 @@ func (s *Service) Close(ctx context.Context, req *metapb.CloseRequest) (*metapb.
 		return nil, toStatus(fmt.Errorf("close inode %d with %d bytes inline (at most %d kept, length %v): %w",
 			req.Ino, len(req.Data), s.inlineMax, req.Size != nil, fsmeta.ErrNotInline))
 	}
+	if len(req.Ended) > maxEnded {
+		return nil, toStatus(fmt.Errorf("%w: close with %d other sessions ended, at most %d", fabric.ErrBadRequest, len(req.Ended), maxEnded))
+	}
+	ended := make([]*metapb.SessionOp, len(req.Ended))
+	for i, e := range req.Ended {
+		ended[i] = &metapb.SessionOp{Ino: e.Ino, Session: e.Session}
+	}
 	_, err := s.do(ctx, &metapb.Command{Client: req.Client, Seq: req.Seq,
 		Op: &metapb.Command_CloseSession{CloseSession: &metapb.SessionOp{Ino: req.Ino, Client: req.Client, Session: req.Session,
-			Size: req.Size, Written: req.Written, Keep: req.KeepOpen, Inline: req.Inline, Data: req.Data}}})
+			Size: req.Size, Written: req.Written, Keep: req.KeepOpen, Inline: req.Inline, Data: req.Data, Ended: ended}}})
 	return &metapb.Empty{}, err
 }
+
+// maxEnded bounds the sessions one close may end beside its own.
+const maxEnded = 1024
 
 // Setattr changes the attributes the request sets on the inode it names;
 // a length past fsmeta.MaxFileSize is refused before the log.

@@ -39,6 +39,12 @@ func (ns *Namespace) OpenSession(ino, client, session uint64, now int64) error {
 	})
 }
 
+// EndSession ends a write session with nothing to publish (none when it
+// is not open).
+func (ns *Namespace) EndSession(ino, client, session uint64) error {
+	return ns.write(func(b *pebble.Batch) error { return b.Delete(sessionRecordKey(ino, client, session), nil) })
+}
+
 // putSession records write session w on file ino, opened at now; nothing
 // when w names none.
 func putSession(b *pebble.Batch, ino uint64, w Writer, now int64) error {
