@@ -73,14 +73,14 @@ type Client struct {
 	timeout time.Duration // OpTimeout; 0 for none
 	metrics *Metrics
 	leases  readLeases
-	locks   heldLocks      // file locks held (locks.go), renewed with the leases
-	writing atomic.Int64   // files open for writing: while any is, the client renews (leases.go)
+	locks   heldLocks    // file locks held (locks.go), renewed with the leases
+	writing atomic.Int64 // files open for writing: while any is, the client renews (leases.go)
 
 	// Write sessions whose end waits for a close to ride on (ending.go).
 	endMu    sync.Mutex
 	ends     []*metapb.SessionRef
 	endTimer *time.Timer
-	wg      sync.WaitGroup // renewLeases
+	wg       sync.WaitGroup // renewLeases
 
 	// closing ends when Close begins. It is a signal, not a parent: a call
 	// runs in its caller's context, which call cuts short then (with
