@@ -16,6 +16,10 @@ const (
 // more; every layout's are.
 const MaxFileSize = 1 << 44
 
+// MaxEnded bounds the other write sessions one close may end beside its
+// own (CloseRequest.ended).
+const MaxEnded = 1024
+
 // CheckSize refuses a file length past MaxFileSize.
 func CheckSize(size uint64) error {
 	if size > MaxFileSize {

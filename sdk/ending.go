@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/sluicefs/sluice/fsmeta"
 	"github.com/sluicefs/sluice/proto/metapb"
 )
 
@@ -19,10 +20,6 @@ import (
 
 // endDelay is how long a session's end waits for a close to ride on.
 const endDelay = 50 * time.Millisecond
-
-// maxEnded is the most sessions one close ends beside its own (the
-// service's bound).
-const maxEnded = 1024
 
 // endLater queues the end of f's session.
 func (c *Client) endLater(f *File) {
@@ -47,11 +44,11 @@ func (c *Client) scheduleEnds() {
 	})
 }
 
-// takeEnds takes up to maxEnded queued ends, for a close to carry.
+// takeEnds takes up to fsmeta.MaxEnded queued ends, for a close to carry.
 func (c *Client) takeEnds() []*metapb.SessionRef {
 	c.endMu.Lock()
 	defer c.endMu.Unlock()
-	n := min(len(c.ends), maxEnded)
+	n := min(len(c.ends), fsmeta.MaxEnded)
 	ends := c.ends[:n:n]
 	c.ends = c.ends[n:]
 	return ends

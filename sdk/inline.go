@@ -51,18 +51,28 @@ func (f *File) openSmall(r *metapb.OpenReply, write bool) {
 	f.isSmall.Store(true)
 }
 
+// lockSmall takes smallMu and reports whether the handle is small; when
+// it is not, the lock is not held.
+func (f *File) lockSmall() bool {
+	if !f.isSmall.Load() {
+		return false
+	}
+	f.smallMu.Lock()
+	if !f.small.on {
+		f.smallMu.Unlock()
+		return false
+	}
+	return true
+}
+
 // readSmall reads [off, off+len(p)) of a small handle's content into p,
 // as ReadAt does, cut at the handle's size; ok is false once the handle
 // has spilled (the caller reads chunks).
 func (f *File) readSmall(p []byte, off int64) (n int, ok bool) {
-	if !f.isSmall.Load() {
+	if !f.lockSmall() {
 		return 0, false
 	}
-	f.smallMu.Lock()
 	defer f.smallMu.Unlock()
-	if !f.small.on {
-		return 0, false
-	}
 	size := f.Size()
 	if off >= size {
 		return 0, true
@@ -80,14 +90,10 @@ func (f *File) readSmall(p []byte, off int64) (n int, ok bool) {
 // within the limit (done), or spills the handle so that the caller writes
 // chunks (not done).
 func (f *File) writeSmall(ctx context.Context, p []byte, off int64) (done bool, err error) {
-	if !f.isSmall.Load() {
+	if !f.lockSmall() {
 		return false, nil
 	}
-	f.smallMu.Lock()
 	defer f.smallMu.Unlock()
-	if !f.small.on {
-		return false, nil
-	}
 	end := off + int64(len(p))
 	if end > int64(f.small.limit) {
 		return false, f.spill(ctx)
@@ -107,14 +113,10 @@ func (f *File) writeSmall(ctx context.Context, p []byte, off int64) (done bool, 
 // truncateSmall cuts a small handle's content to size; false when the
 // handle is not small.
 func (f *File) truncateSmall(size uint64) bool {
-	if !f.isSmall.Load() {
+	if !f.lockSmall() {
 		return false
 	}
-	f.smallMu.Lock()
 	defer f.smallMu.Unlock()
-	if !f.small.on {
-		return false
-	}
 	if uint64(len(f.small.data)) > size {
 		f.small.data = f.small.data[:size]
 	}
@@ -125,14 +127,10 @@ func (f *File) truncateSmall(size uint64) bool {
 // toChunks spills a small handle, if it is one, so that what follows
 // works on chunks (a batched write, a hole punched).
 func (f *File) toChunks(ctx context.Context) error {
-	if !f.isSmall.Load() {
+	if !f.lockSmall() {
 		return nil
 	}
-	f.smallMu.Lock()
 	defer f.smallMu.Unlock()
-	if !f.small.on {
-		return nil
-	}
 	return f.spill(ctx)
 }
 
@@ -177,12 +175,11 @@ var errInChunks = errors.New("content in chunks")
 // nothing to hand over (it is not small, or changed nothing) or the
 // service refused and the handle spilled.
 func (f *File) handOver(ctx context.Context, keep bool) error {
-	if !f.isSmall.Load() {
+	if !f.lockSmall() {
 		return errInChunks
 	}
-	f.smallMu.Lock()
 	defer f.smallMu.Unlock()
-	if !f.small.on || !f.small.dirty || f.session == 0 {
+	if !f.small.dirty || f.session == 0 {
 		return errInChunks
 	}
 	size := uint64(f.Size())

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicefs/sluice/sdk"
 	"github.com/sluicefs/sluice/server/cluster"
+	"github.com/sluicefs/sluice/server/meta"
 )
 
 func newDevCmd() *cobra.Command {
@@ -101,7 +102,7 @@ export SLUICE_FLIGHT=grpc://ADDR.`,
 	cmd.Flags().IntVar(&cfg.Replicas, "replicas", 3, "replicas per chain")
 	cmd.Flags().StringVar(&cfg.Listen, "listen", "127.0.0.1:7400", "gRPC address for clients")
 	cmd.Flags().DurationVar(&cfg.CollectDelay, "collect-delay", time.Minute, "how long unlinked files' chunks stay before the collector removes them")
-	cmd.Flags().IntVar(&cfg.InlineMax, "inline-max", 4096, "largest file whose bytes the metadata service keeps itself, with no chunk (-1: none)")
+	cmd.Flags().IntVar(&cfg.InlineMax, "inline-max", meta.DefaultInlineMax, "largest file whose bytes the metadata service keeps itself, with no chunk (-1: none)")
 	hf.add(cmd)
 	cmd.Flags().StringVar(&agentSocket, "agent-socket", "", `unix socket of the local agent (default DIR/agent.sock; "" for none)`)
 	cmd.Flags().StringVar(&flightAddr, "flight", "", `also serve Arrow Flight on this address ("" for none)`)

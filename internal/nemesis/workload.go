@@ -207,13 +207,7 @@ func (w *Workload) writeSmall(ctx context.Context, cl *sdk.Client, k Key, v uint
 		err = errors.Join(err, f.Close())
 	}
 	op.Return = w.h.Now()
-	if err == nil {
-		op.Status = StatusOK
-	} else {
-		op.Err = err.Error()
-	}
-	w.h.Add(op)
-	return op
+	return w.wrote(op, err)
 }
 
 // readSmall reads key k by opening its small file, recording the op.
@@ -230,20 +224,10 @@ func (w *Workload) readSmall(ctx context.Context, cl *sdk.Client, k Key, client 
 		f.Close()
 	}
 	op.Return = w.h.Now()
-	switch {
-	case err != nil && !(errors.Is(err, io.EOF) && n == BlockSize):
-		op.Err = err.Error()
-	default:
-		v, derr := DecodeValue(b, k.ID)
-		op.Value = v
-		if derr != nil {
-			op.Status, op.Err = StatusCorrupt, derr.Error()
-		} else {
-			op.Status = StatusOK
-		}
+	if errors.Is(err, io.EOF) && n == BlockSize {
+		err = nil
 	}
-	w.h.Add(op)
-	return op
+	return w.readOf(op, b, err)
 }
 
 // readKey reads key k through client ci, recording the op.
@@ -273,10 +257,33 @@ func (w *Workload) write(ctx context.Context, cl *sdk.Client, f *sdk.File, k Key
 	op.Return = w.h.Now()
 	cancel()
 	buf.Release()
+	return w.wrote(op, err)
+}
+
+// wrote records write op, acknowledged unless err.
+func (w *Workload) wrote(op Op, err error) Op {
 	if err == nil {
 		op.Status = StatusOK
 	} else {
 		op.Err = err.Error()
+	}
+	w.h.Add(op)
+	return op
+}
+
+// readOf records read op of block b (the value read, or what is wrong
+// with it), failed if err.
+func (w *Workload) readOf(op Op, b []byte, err error) Op {
+	if err != nil {
+		op.Err = err.Error()
+	} else {
+		v, derr := DecodeValue(b, op.Key)
+		op.Value = v
+		if derr != nil {
+			op.Status, op.Err = StatusCorrupt, derr.Error()
+		} else {
+			op.Status = StatusOK
+		}
 	}
 	w.h.Add(op)
 	return op
@@ -296,19 +303,8 @@ func (w *Workload) read(ctx context.Context, cl *sdk.Client, f *sdk.File, k Key,
 	err = cl.ReadBatch(octx, []sdk.ReadOp{{File: f, Off: k.Off, N: BlockSize, Buf: buf}})
 	op.Return = w.h.Now()
 	cancel()
-	if err != nil {
-		op.Err = err.Error()
-	} else {
-		v, derr := DecodeValue(buf.B, k.ID)
-		op.Value = v
-		if derr != nil {
-			op.Status, op.Err = StatusCorrupt, derr.Error()
-		} else {
-			op.Status = StatusOK
-		}
-	}
+	op = w.readOf(op, buf.B, err)
 	buf.Release()
-	w.h.Add(op)
 	return op
 }
 

@@ -79,7 +79,7 @@ func (ns *Namespace) CloseInline(ino, client, session uint64, data []byte, size 
 		if in.Type != metapb.InodeType_FILE {
 			return fmt.Errorf("close inode %d: %w", ino, fsmeta.ErrIsDir)
 		}
-		if others, err := otherSessions(b, ino, client, session); err != nil {
+		if others, err := sessionsOn(b, ino, sessionRecordKey(ino, client, session)); err != nil {
 			return err
 		} else if others {
 			return fmt.Errorf("close inode %d inline: another writer has it open: %w", ino, fsmeta.ErrNotInline)
@@ -118,25 +118,6 @@ func cutContent(b *pebble.Batch, in *metapb.Inode, size uint64) error {
 		return err
 	}
 	return setContent(b, in, data[:min(uint64(len(data)), size)])
-}
-
-// otherSessions reports whether a write session other than (client,
-// session) is open on ino.
-func otherSessions(b *pebble.Batch, ino, client, session uint64) (bool, error) {
-	lo := binary.BigEndian.AppendUint64([]byte{'w'}, ino)
-	hi := binary.BigEndian.AppendUint64([]byte{'w'}, ino+1)
-	it, err := b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
-	if err != nil {
-		return false, err
-	}
-	defer it.Close()
-	mine := sessionRecordKey(ino, client, session)
-	for it.First(); it.Valid(); it.Next() {
-		if string(it.Key()) != string(mine) {
-			return true, nil
-		}
-	}
-	return false, it.Error()
 }
 
 // endContent ends file ino's inline content, if it has any (a file

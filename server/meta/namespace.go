@@ -522,7 +522,7 @@ func (ns *Namespace) drop(b *pebble.Batch, dir *metapb.Inode, name string, ino u
 			// empty one) and that no writer holds leaves the collector
 			// nothing to remove: no record, no command to retire it.
 			if Written(in) == 0 {
-				if open, err := sessionsOn(b, ino); err != nil || !open {
+				if open, err := sessionsOn(b, ino, nil); err != nil || !open {
 					return err
 				}
 			}

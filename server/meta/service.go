@@ -424,8 +424,8 @@ func (s *Service) Close(ctx context.Context, req *metapb.CloseRequest) (*metapb.
 		return nil, toStatus(fmt.Errorf("close inode %d with %d bytes inline (at most %d kept, length %v): %w",
 			req.Ino, len(req.Data), s.inlineMax, req.Size != nil, fsmeta.ErrNotInline))
 	}
-	if len(req.Ended) > maxEnded {
-		return nil, toStatus(fmt.Errorf("%w: close with %d other sessions ended, at most %d", fabric.ErrBadRequest, len(req.Ended), maxEnded))
+	if len(req.Ended) > fsmeta.MaxEnded {
+		return nil, toStatus(fmt.Errorf("%w: close with %d other sessions ended, at most %d", fabric.ErrBadRequest, len(req.Ended), fsmeta.MaxEnded))
 	}
 	ended := make([]*metapb.SessionOp, len(req.Ended))
 	for i, e := range req.Ended {
@@ -436,9 +436,6 @@ func (s *Service) Close(ctx context.Context, req *metapb.CloseRequest) (*metapb.
 			Size: req.Size, Written: req.Written, Keep: req.KeepOpen, Inline: req.Inline, Data: req.Data, Ended: ended}}})
 	return &metapb.Empty{}, err
 }
-
-// maxEnded bounds the sessions one close may end beside its own.
-const maxEnded = 1024
 
 // Setattr changes the attributes the request sets on the inode it names;
 // a length past fsmeta.MaxFileSize is refused before the log.

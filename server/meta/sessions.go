@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -159,13 +160,13 @@ func (ns *Namespace) PruneClient(client uint64) error {
 }
 
 // HasSessions reports whether any write session on ino is open.
-func (ns *Namespace) HasSessions(ino uint64) (bool, error) { return sessionsOn(ns.db, ino) }
+func (ns *Namespace) HasSessions(ino uint64) (bool, error) { return sessionsOn(ns.db, ino, nil) }
 
 // sessionsOn reports whether r (the database or a batch) holds a write
-// session on ino.
+// session on ino other than the one whose record key is except.
 func sessionsOn(r interface {
 	NewIter(*pebble.IterOptions) (*pebble.Iterator, error)
-}, ino uint64) (bool, error) {
+}, ino uint64, except []byte) (bool, error) {
 	lo := binary.BigEndian.AppendUint64([]byte{'w'}, ino)
 	hi := binary.BigEndian.AppendUint64([]byte{'w'}, ino+1)
 	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
@@ -173,7 +174,12 @@ func sessionsOn(r interface {
 		return false, err
 	}
 	defer it.Close()
-	return it.First(), it.Error()
+	for it.First(); it.Valid(); it.Next() {
+		if !bytes.Equal(it.Key(), except) {
+			return true, nil
+		}
+	}
+	return false, it.Error()
 }
 
 // SessionClients returns, for each client with write sessions open, when
